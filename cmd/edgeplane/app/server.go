@@ -1,0 +1,69 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/edgeplane/edgeplane/pkg/bootstrap"
+)
+
+func newServerCommand() *cobra.Command {
+	o := bootstrap.NewOptions()
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the control plane: API server chain, datastore and certificates",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			completed, err := o.Complete()
+			if err != nil {
+				return err
+			}
+			if errs := completed.Validate(); len(errs) > 0 {
+				return invalidFlags(errs)
+			}
+			ctx := signalContext(cmd.Context())
+			ctx = klog.NewContext(ctx, klog.Background().WithName("edgeplane"))
+			return bootstrap.Run(ctx, completed)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// invalidFlags lists every flag problem, one per line.
+func invalidFlags(errs []error) error {
+	lines := make([]string, 0, len(errs))
+	for _, err := range errs {
+		lines = append(lines, "  "+err.Error())
+	}
+	return fmt.Errorf("invalid flags (%d problems):\n%s", len(errs), strings.Join(lines, "\n"))
+}
+
+// signalContext is cancelled on the first SIGTERM or SIGINT, which starts a
+// graceful shutdown; a second signal exits at once.
+func signalContext(parent context.Context) context.Context {
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		sig := <-ch
+		klog.InfoS("Received signal, shutting down gracefully (send it again to exit at once)", "signal", sig.String())
+		cancel(errors.New("signal " + sig.String()))
+		sig = <-ch
+		klog.InfoS("Received second signal, exiting at once", "signal", sig.String())
+		klog.Flush()
+		os.Exit(1)
+	}()
+	return ctx
+}

@@ -1,0 +1,190 @@
+package bootstrap
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Datastore kinds the server can run.
+var datastores = []string{"sqlite", "etcd"}
+
+// Options are the flags of `edgeplane server`.
+type Options struct {
+	DataDir             string
+	Datastore           string
+	BindAddress         string
+	HTTPSPort           int
+	AdvertiseAddress    string
+	TLSSANs             []string
+	ServiceCIDR         string
+	ClusterDomain       string
+	WriteKubeconfig     string
+	WriteKubeconfigMode string
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		DataDir:             defaultDataDir(),
+		Datastore:           "sqlite",
+		BindAddress:         "0.0.0.0",
+		HTTPSPort:           6443,
+		ServiceCIDR:         "10.43.0.0/16",
+		ClusterDomain:       "cluster.local",
+		WriteKubeconfigMode: "0600",
+	}
+}
+
+// defaultDataDir is /var/lib/edgeplane for root, $HOME/.edgeplane otherwise.
+func defaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/edgeplane"
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".edgeplane")
+	}
+	return ".edgeplane"
+}
+
+// AddFlags binds the options to fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for certificates, kubeconfigs and the datastore (created 0700).")
+	fs.StringVar(&o.Datastore, "datastore", o.Datastore, "Datastore: "+strings.Join(datastores, " or ")+".")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "IP address the HTTPS API listens on.")
+	fs.IntVar(&o.HTTPSPort, "https-port", o.HTTPSPort, "Port of the HTTPS API (0 picks a free port).")
+	fs.StringVar(&o.AdvertiseAddress, "advertise-address", o.AdvertiseAddress, "IP address advertised to the cluster in the kubernetes Service endpoints (default: the host's primary address).")
+	fs.StringSliceVar(&o.TLSSANs, "tls-san", o.TLSSANs, "Extra IP address or DNS name for the serving certificate (repeatable).")
+	fs.StringVar(&o.ServiceCIDR, "service-cidr", o.ServiceCIDR, "CIDR that Service cluster IPs are allocated from.")
+	fs.StringVar(&o.ClusterDomain, "cluster-domain", o.ClusterDomain, "Cluster DNS domain.")
+	fs.StringVar(&o.WriteKubeconfig, "write-kubeconfig", o.WriteKubeconfig, "Also write the admin kubeconfig to this path.")
+	fs.StringVar(&o.WriteKubeconfigMode, "write-kubeconfig-mode", o.WriteKubeconfigMode, "File mode (octal) of the admin kubeconfig files.")
+}
+
+// completedOptions holds defaulted and parsed options. It is private so that
+// only Complete can make one.
+type completedOptions struct {
+	DataDir          string
+	Datastore        string
+	BindAddress      net.IP
+	HTTPSPort        int
+	AdvertiseAddress net.IP
+	Hostname         string
+	TLSSANs          []string
+	ServiceCIDR      *net.IPNet
+	ClusterDomain    string
+	WriteKubeconfig  string
+	KubeconfigMode   os.FileMode
+
+	// problems found while parsing, reported by Validate with the rest.
+	problems []error
+}
+
+// CompletedOptions are Options after Complete; Validate them before use.
+type CompletedOptions struct {
+	*completedOptions
+}
+
+// Complete fills in defaults and parses values. Parse problems are kept for
+// Validate so that every problem is reported at once.
+func (o *Options) Complete() (CompletedOptions, error) {
+	c := &completedOptions{
+		Datastore:       o.Datastore,
+		HTTPSPort:       o.HTTPSPort,
+		ClusterDomain:   o.ClusterDomain,
+		WriteKubeconfig: o.WriteKubeconfig,
+	}
+	bad := func(format string, args ...any) { c.problems = append(c.problems, fmt.Errorf(format, args...)) }
+
+	if o.DataDir == "" {
+		bad("--data-dir must not be empty")
+	} else if abs, err := filepath.Abs(o.DataDir); err != nil {
+		bad("--data-dir %q: %v", o.DataDir, err)
+	} else {
+		c.DataDir = abs
+	}
+	if c.BindAddress = net.ParseIP(o.BindAddress); c.BindAddress == nil {
+		bad("--bind-address %q is not an IP address", o.BindAddress)
+	}
+	hostname, err := os.Hostname()
+	if err != nil {
+		return CompletedOptions{}, fmt.Errorf("read the hostname: %w", err)
+	}
+	c.Hostname = strings.ToLower(hostname)
+
+	switch {
+	case o.AdvertiseAddress != "":
+		if c.AdvertiseAddress = net.ParseIP(o.AdvertiseAddress); c.AdvertiseAddress == nil {
+			bad("--advertise-address %q is not an IP address", o.AdvertiseAddress)
+		}
+	case c.BindAddress != nil && !c.BindAddress.IsUnspecified() && !c.BindAddress.IsLoopback():
+		c.AdvertiseAddress = c.BindAddress
+	default:
+		// As upstream: the address of the interface that holds the default route.
+		ip, err := utilnet.ChooseHostInterface()
+		if err != nil {
+			bad("no --advertise-address given and no host address found (%v): pass --advertise-address", err)
+		}
+		c.AdvertiseAddress = ip
+	}
+	for _, san := range o.TLSSANs {
+		if san = strings.TrimSpace(san); san != "" {
+			c.TLSSANs = append(c.TLSSANs, san)
+		}
+	}
+	if _, cidr, err := net.ParseCIDR(o.ServiceCIDR); err != nil {
+		bad("--service-cidr %q is not a CIDR: %v", o.ServiceCIDR, err)
+	} else {
+		c.ServiceCIDR = cidr
+	}
+	if mode, err := strconv.ParseUint(o.WriteKubeconfigMode, 8, 32); err != nil || mode > 0o777 {
+		bad("--write-kubeconfig-mode %q is not an octal file mode such as 0600", o.WriteKubeconfigMode)
+	} else {
+		c.KubeconfigMode = os.FileMode(mode)
+	}
+	return CompletedOptions{c}, nil
+}
+
+// Validate returns every problem with the options.
+func (c CompletedOptions) Validate() []error {
+	errs := slices.Clone(c.problems)
+	if !slices.Contains(datastores, c.Datastore) {
+		errs = append(errs, fmt.Errorf("--datastore %q is not one of: %s", c.Datastore, strings.Join(datastores, ", ")))
+	}
+	if c.HTTPSPort < 0 || c.HTTPSPort > 65535 {
+		errs = append(errs, fmt.Errorf("--https-port %d is not between 0 and 65535", c.HTTPSPort))
+	}
+	if ip := c.AdvertiseAddress; ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
+		errs = append(errs, fmt.Errorf("--advertise-address %s: Endpoints may not hold loopback or unspecified addresses; use the host's own address", ip))
+	}
+	for _, san := range c.TLSSANs {
+		if net.ParseIP(san) != nil {
+			continue
+		}
+		if msgs := validation.IsDNS1123Subdomain(strings.TrimPrefix(san, "*.")); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--tls-san %q is neither an IP address nor a DNS name: %s", san, strings.Join(msgs, "; ")))
+		}
+	}
+	if msgs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--cluster-domain %q: %s", c.ClusterDomain, strings.Join(msgs, "; ")))
+	}
+	if cidr := c.ServiceCIDR; cidr != nil {
+		ones, bits := cidr.Mask.Size()
+		if bits-ones < 2 {
+			errs = append(errs, fmt.Errorf("--service-cidr %s is too small to hold Services", cidr))
+		}
+	}
+	if c.WriteKubeconfig != "" && c.DataDir != "" && filepath.Clean(c.WriteKubeconfig) == filepath.Join(c.DataDir, adminKubeconfigName) {
+		errs = append(errs, errors.New("--write-kubeconfig must differ from the admin kubeconfig in --data-dir"))
+	}
+	return errs
+}

@@ -1,0 +1,203 @@
+// Package bootstrap starts edgeplane's components in order (certificates,
+// datastore, API server chain), waits for each to be ready, and stops what
+// started in reverse on failure or on shutdown.
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/edgeplane/edgeplane/pkg/certs"
+	"github.com/edgeplane/edgeplane/pkg/chain"
+	"github.com/edgeplane/edgeplane/pkg/datastore"
+)
+
+const (
+	adminKubeconfigName = "admin.kubeconfig"
+	// stopTimeout bounds each component's Stop on shutdown.
+	stopTimeout = 30 * time.Second
+)
+
+// Run starts the control plane and blocks until ctx is cancelled (shutdown)
+// or a component fails. It returns nil after a clean shutdown.
+func Run(ctx context.Context, o CompletedOptions) error {
+	s, err := start(ctx, o)
+	if err != nil {
+		return err
+	}
+	return s.wait(ctx)
+}
+
+// server is a started control plane.
+type server struct {
+	lock    *dataDirLock
+	mgr     manager
+	chain   *chain.Server
+	pki     *certs.PKI
+	started time.Time
+}
+
+// start runs every start-up phase; on error, what started is stopped and the
+// data dir unlocked.
+func start(ctx context.Context, o CompletedOptions) (s *server, rerr error) {
+	logger := klog.FromContext(ctx)
+	s = &server{started: time.Now()}
+	defer func() {
+		if rerr != nil {
+			_ = s.mgr.stopAll(context.WithoutCancel(ctx), stopTimeout)
+			s.lock.release()
+		}
+	}()
+
+	phase := time.Now()
+	lock, err := prepareDataDir(o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
+	listener, err := listen(o.BindAddress, o.HTTPSPort)
+	if err != nil {
+		return nil, err
+	}
+	port := listener.Addr().(*net.TCPAddr).Port
+
+	pki, err := certs.Ensure(ctx, certs.Options{
+		Dir:                 filepath.Join(o.DataDir, "tls"),
+		KubeconfigDir:       o.DataDir,
+		Hostname:            o.Hostname,
+		ExtraSANs:           o.TLSSANs,
+		AdvertiseAddress:    o.AdvertiseAddress,
+		ServiceCIDR:         o.ServiceCIDR,
+		ClusterDomain:       o.ClusterDomain,
+		APIServerPort:       port,
+		AdminKubeconfigMode: o.KubeconfigMode,
+	})
+	if err != nil {
+		_ = listener.Close()
+		return nil, err
+	}
+	s.pki = pki
+	s.mgr.record(ctx, "certs", time.Since(phase))
+
+	store, err := datastore.New(datastore.Options{
+		Type:               o.Datastore,
+		DataDir:            o.DataDir,
+		EtcdCAFile:         pki.EtcdCA.Cert,
+		EtcdServerCertFile: pki.EtcdServer.Cert,
+		EtcdServerKeyFile:  pki.EtcdServer.Key,
+		EtcdClientCertFile: pki.EtcdClient.Cert,
+		EtcdClientKeyFile:  pki.EtcdClient.Key,
+	})
+	if err != nil {
+		_ = listener.Close()
+		return nil, err
+	}
+	if err := s.mgr.start(ctx, store, stopTimeout); err != nil {
+		_ = listener.Close()
+		return nil, err
+	}
+
+	storage := store.Client()
+	apiserver, err := chain.New(chain.Config{
+		Listener:         listener,
+		AdvertiseAddress: o.AdvertiseAddress,
+		ServiceCIDR:      o.ServiceCIDR,
+		ClusterDomain:    o.ClusterDomain,
+		StateDir:         filepath.Join(o.DataDir, "config"),
+		Files:            chainFiles(pki),
+		Storage: chain.Storage{
+			Endpoints: storage.Endpoints,
+			CAFile:    storage.CAFile,
+			CertFile:  storage.CertFile,
+			KeyFile:   storage.KeyFile,
+		},
+	})
+	if err != nil {
+		_ = listener.Close()
+		return nil, err
+	}
+	s.chain = apiserver
+	if err := s.mgr.start(ctx, apiserver, stopTimeout); err != nil {
+		return nil, err
+	}
+
+	if o.WriteKubeconfig != "" {
+		if err := copyKubeconfig(pki.AdminKubeconfig, o.WriteKubeconfig, o.KubeconfigMode); err != nil {
+			return nil, err
+		}
+	}
+	kubeconfig := pki.AdminKubeconfig
+	if o.WriteKubeconfig != "" {
+		kubeconfig = o.WriteKubeconfig
+	}
+	logger.Info(fmt.Sprintf("edgeplane ready in %.1f s, kubeconfig at %s", time.Since(s.started).Seconds(), kubeconfig),
+		"datastore", o.Datastore, "address", listener.Addr().String())
+	return s, nil
+}
+
+// wait blocks until shutdown is asked for or the API server stops on its own,
+// then stops everything in reverse order.
+func (s *server) wait(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	var cause error
+	select {
+	case <-ctx.Done():
+		logger.Info("Shutting down: draining requests and watches")
+	case <-s.chain.Done():
+		cause = fmt.Errorf("apiserver stopped unexpectedly: %v", s.chain.Err())
+		logger.Error(cause, "Shutting down")
+	}
+	begin := time.Now()
+	err := s.mgr.stopAll(context.WithoutCancel(ctx), stopTimeout)
+	s.lock.release()
+	if err == nil {
+		logger.Info("edgeplane stopped", "duration", time.Since(begin).Round(time.Millisecond))
+	}
+	return errors.Join(cause, err)
+}
+
+// chainFiles maps the PKI onto the files the chain needs.
+func chainFiles(p *certs.PKI) chain.Files {
+	return chain.Files{
+		ServingCert:          p.APIServerServing.Cert,
+		ServingKey:           p.APIServerServing.Key,
+		ClusterCA:            p.ServerCA.Cert,
+		ClientCA:             p.ClientCA.Cert,
+		FrontProxyCA:         p.FrontProxyCA.Cert,
+		FrontProxyClientCert: p.FrontProxyClient.Cert,
+		FrontProxyClientKey:  p.FrontProxyClient.Key,
+		KubeletClientCert:    p.APIServerKubeletClient.Cert,
+		KubeletClientKey:     p.APIServerKubeletClient.Key,
+		ServiceAccountKey:    p.ServiceAccountKey,
+		ServiceAccountPub:    p.ServiceAccountPub,
+	}
+}
+
+// copyKubeconfig writes the admin kubeconfig to the user's chosen path, atomically.
+func copyKubeconfig(src, dst string, mode os.FileMode) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("--write-kubeconfig: %w", err)
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return fmt.Errorf("--write-kubeconfig: %w", err)
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return fmt.Errorf("--write-kubeconfig: %w", err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return fmt.Errorf("--write-kubeconfig: %w", err)
+	}
+	return nil
+}

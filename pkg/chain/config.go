@@ -1,0 +1,122 @@
+// Package chain builds and runs the upstream three-server delegation chain
+// (apiextensions -> kube-apiserver -> aggregator) behind one HTTPS listener,
+// from upstream option structs rather than flag strings.
+package chain
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"sigs.k8s.io/yaml"
+)
+
+// Files are the PKI files the chain serves and authenticates with.
+type Files struct {
+	ServingCert, ServingKey string // the apiserver's serving pair, signed by the cluster CA
+	ClusterCA               string // verifies kubelet serving certs
+	ClientCA                string // verifies client certificates (admin, controllers, kubelets)
+	FrontProxyCA            string // verifies the request-header (aggregation) proxy client
+	FrontProxyClientCert    string
+	FrontProxyClientKey     string
+	KubeletClientCert       string // the apiserver's identity towards kubelets
+	KubeletClientKey        string
+	ServiceAccountKey       string // private key that signs service-account tokens
+	ServiceAccountPub       string // public key that verifies them
+}
+
+// Storage is how the chain reaches the etcd3 endpoint of the datastore.
+type Storage struct {
+	Endpoints                 []string
+	CAFile, CertFile, KeyFile string
+}
+
+// Config is what the chain needs from the rest of edgeplane. Every field is
+// required unless its comment says otherwise.
+type Config struct {
+	// Listener is the already-bound HTTPS listener; the chain takes ownership and closes it on Stop.
+	Listener         net.Listener
+	AdvertiseAddress net.IP
+	ServiceCIDR      *net.IPNet
+	ClusterDomain    string
+	// StateDir holds generated configuration files (authentication config), created 0700.
+	StateDir string
+	Files    Files
+	Storage  Storage
+	// ShutdownWatchGrace bounds how long watches may take to drain on Stop (default 2s).
+	ShutdownWatchGrace time.Duration
+}
+
+// validate reports every missing input at once.
+func (c *Config) validate() error {
+	var errs []error
+	if c.Listener == nil {
+		errs = append(errs, errors.New("chain: no listener"))
+	}
+	if c.AdvertiseAddress == nil {
+		errs = append(errs, errors.New("chain: no advertise address"))
+	}
+	if c.ServiceCIDR == nil {
+		errs = append(errs, errors.New("chain: no service CIDR"))
+	}
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("chain: no state dir"))
+	}
+	if len(c.Storage.Endpoints) == 0 {
+		errs = append(errs, errors.New("chain: no datastore endpoints"))
+	}
+	for name, path := range map[string]string{
+		"serving cert": c.Files.ServingCert, "serving key": c.Files.ServingKey,
+		"client CA": c.Files.ClientCA, "front-proxy CA": c.Files.FrontProxyCA,
+		"service-account key": c.Files.ServiceAccountKey, "service-account public key": c.Files.ServiceAccountPub,
+	} {
+		if path == "" {
+			errs = append(errs, fmt.Errorf("chain: no %s file", name))
+		}
+	}
+	return utilerrors.NewAggregate(errs)
+}
+
+// healthPaths are the only paths anonymous requests may reach: load balancers
+// and probes need them, nothing else should answer an unauthenticated caller.
+var healthPaths = []string{"/healthz", "/livez", "/readyz"}
+
+// writeAuthenticationConfig writes the structured authentication configuration
+// that limits anonymous authentication to the health endpoints.
+func writeAuthenticationConfig(dir string) (string, error) {
+	type condition struct {
+		Path string `json:"path"`
+	}
+	conds := make([]condition, 0, len(healthPaths))
+	for _, p := range healthPaths {
+		conds = append(conds, condition{Path: p})
+	}
+	doc := map[string]any{
+		"apiVersion": "apiserver.config.k8s.io/v1",
+		"kind":       "AuthenticationConfiguration",
+		"anonymous":  map[string]any{"enabled": true, "conditions": conds},
+	}
+	data, err := yaml.Marshal(doc)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("chain: create %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, "authentication-config.yaml")
+	if old, err := os.ReadFile(path); err == nil && string(old) == string(data) {
+		return path, nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return "", fmt.Errorf("chain: write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("chain: write %s: %w", path, err)
+	}
+	return path, nil
+}

@@ -1,0 +1,81 @@
+package chain
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+
+	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+	"k8s.io/kubernetes/pkg/controlplane/reconcilers"
+)
+
+// Authorization modes and admission plugins edgeplane always runs with.
+var (
+	authorizationModes = []string{"Node", "RBAC"}
+	extraAdmission     = []string{"NodeRestriction"}
+)
+
+// buildOptions fills upstream kube-apiserver options as Go structs, the same
+// fields the kube-apiserver flags would set.
+func buildOptions(c *Config, authnConfigFile string) (*options.ServerRunOptions, error) {
+	tcp, ok := c.Listener.Addr().(*net.TCPAddr)
+	if !ok {
+		return nil, fmt.Errorf("chain: listener %s is not TCP", c.Listener.Addr())
+	}
+	s := options.NewServerRunOptions()
+
+	// Serving: our listener, our PKI, TLS 1.2 or newer.
+	s.SecureServing.Listener = c.Listener
+	s.SecureServing.BindAddress = tcp.IP
+	s.SecureServing.BindPort = tcp.Port
+	s.SecureServing.ServerCert.CertKey.CertFile = c.Files.ServingCert
+	s.SecureServing.ServerCert.CertKey.KeyFile = c.Files.ServingKey
+	s.SecureServing.MinTLSVersion = "VersionTLS12"
+	s.GenericServerRunOptions.AdvertiseAddress = c.AdvertiseAddress
+	s.GenericServerRunOptions.ShutdownWatchTerminationGracePeriod = c.ShutdownWatchGrace
+	s.Features.EnableProfiling = false
+	s.Features.EnableContentionProfiling = false
+
+	// Storage: etcd3 protocol to the datastore (kine on a unix socket, or etcd over TLS).
+	s.Etcd.StorageConfig.Transport.ServerList = c.Storage.Endpoints
+	s.Etcd.StorageConfig.Transport.TrustedCAFile = c.Storage.CAFile
+	s.Etcd.StorageConfig.Transport.CertFile = c.Storage.CertFile
+	s.Etcd.StorageConfig.Transport.KeyFile = c.Storage.KeyFile
+
+	// Authentication: client certs, front-proxy request headers, service-account
+	// tokens, bootstrap tokens; anonymous only on the health endpoints.
+	s.Authentication.ClientCert.ClientCA = c.Files.ClientCA
+	s.Authentication.RequestHeader.ClientCAFile = c.Files.FrontProxyCA
+	s.Authentication.RequestHeader.AllowedNames = []string{"front-proxy-client"}
+	s.Authentication.RequestHeader.UsernameHeaders = []string{"X-Remote-User"}
+	s.Authentication.RequestHeader.UIDHeaders = []string{"X-Remote-Uid"}
+	s.Authentication.RequestHeader.GroupHeaders = []string{"X-Remote-Group"}
+	s.Authentication.RequestHeader.ExtraHeaderPrefixes = []string{"X-Remote-Extra-"}
+	s.ProxyClientCertFile = c.Files.FrontProxyClientCert
+	s.ProxyClientKeyFile = c.Files.FrontProxyClientKey
+	s.Authentication.BootstrapToken.Enable = true
+	s.Authentication.AuthenticationConfigFile = authnConfigFile
+	s.Authentication.Anonymous.Allow = false
+	issuer := "https://kubernetes.default.svc." + c.ClusterDomain
+	s.Authentication.ServiceAccounts.Issuers = []string{issuer}
+	s.Authentication.ServiceAccounts.KeyFiles = []string{c.Files.ServiceAccountPub}
+	s.ServiceAccountSigningKeyFile = c.Files.ServiceAccountKey
+
+	// Authorization and admission.
+	s.Authorization.Modes = authorizationModes
+	s.Admission.GenericAdmission.EnablePlugins = extraAdmission
+
+	// Services and the kubelet connection.
+	s.ServiceClusterIPRanges = c.ServiceCIDR.String()
+	s.KubeletConfig.TLSClientConfig.CertFile = c.Files.KubeletClientCert
+	s.KubeletConfig.TLSClientConfig.KeyFile = c.Files.KubeletClientKey
+	s.KubeletConfig.TLSClientConfig.CAFile = c.Files.ClusterCA
+	s.EndpointReconcilerType = string(reconcilers.LeaseEndpointReconcilerType)
+	return s, nil
+}
+
+// hostPort is the loopback URL host for a listener, for log lines.
+func hostPort(l net.Listener) string {
+	tcp := l.Addr().(*net.TCPAddr)
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port))
+}

@@ -1,0 +1,165 @@
+package chain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
+
+// Server is the running chain. Its lifecycle follows the bootstrap's
+// component contract:
+//
+//	New -> Start -> Ready -> Stop
+//	        |                 ^
+//	        +-----------------+  (Stop is valid in any state and idempotent)
+type Server struct {
+	cfg Config
+
+	mu       sync.Mutex
+	started  bool
+	cancel   context.CancelFunc // ends the chain's run context; set by Start
+	done     chan struct{}      // closed when the chain's Run returns
+	runErr   error              // what Run returned; read after done is closed
+	loopback *rest.Config
+	timeline *timeline
+	stopOnce sync.Once
+}
+
+// New checks the configuration. The heavy work (building storage, admission,
+// authentication) happens in Start, once the datastore is up.
+func New(cfg Config) (*Server, error) {
+	if cfg.ShutdownWatchGrace == 0 {
+		cfg.ShutdownWatchGrace = defaultWatchGrace
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, done: make(chan struct{})}, nil
+}
+
+// Name implements the bootstrap component contract.
+func (s *Server) Name() string { return "apiserver" }
+
+// Start builds the three servers and starts serving. It returns once the
+// listener is live; Ready reports when every post-start hook has finished.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("chain: already started")
+	}
+	logger := klog.FromContext(ctx).WithName("apiserver")
+	// The run context outlives the start-up context: it ends only on Stop.
+	runCtx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	prepared, loopback, err := build(runCtx, &s.cfg)
+	if err != nil {
+		cancel()
+		// The listener was handed to us: release it so nothing leaks on a failed start.
+		_ = s.cfg.Listener.Close()
+		return err
+	}
+	s.started, s.cancel, s.loopback = true, cancel, loopback
+	s.timeline = newTimeline()
+	go func() {
+		defer close(s.done)
+		s.runErr = prepared.Run(runCtx)
+	}()
+	logger.V(1).Info("Serving", "address", s.cfg.Listener.Addr().String())
+	return nil
+}
+
+// build turns our Config into a prepared upstream aggregator chain.
+func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
+	authnFile, err := writeAuthenticationConfig(filepath.Clean(c.StateDir))
+	if err != nil {
+		return nil, nil, err
+	}
+	opts, err := buildOptions(c, authnFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := registerComponentGlobals(opts); err != nil {
+		return nil, nil, err
+	}
+	completed, err := opts.Complete(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chain: complete options: %w", err)
+	}
+	if errs := completed.Validate(); len(errs) != 0 {
+		return nil, nil, fmt.Errorf("chain: invalid options: %w", utilerrors.NewAggregate(errs))
+	}
+	config, err := app.NewConfig(completed)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chain: build config: %w", err)
+	}
+	completedConfig, err := config.Complete()
+	if err != nil {
+		return nil, nil, fmt.Errorf("chain: complete config: %w", err)
+	}
+	aggregator, err := app.CreateServerChain(completedConfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chain: create server chain: %w", err)
+	}
+	prepared, err := aggregator.PrepareRun()
+	if err != nil {
+		return nil, nil, fmt.Errorf("chain: prepare: %w", err)
+	}
+	return prepared, rest.CopyConfig(aggregator.GenericAPIServer.LoopbackClientConfig), nil
+}
+
+// runnable is the prepared aggregator.
+type runnable interface {
+	Run(ctx context.Context) error
+}
+
+// LoopbackConfig is a privileged client config for in-process use, valid after Start.
+func (s *Server) LoopbackConfig() *rest.Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loopback == nil {
+		return nil
+	}
+	return rest.CopyConfig(s.loopback)
+}
+
+// Done is closed when the chain has stopped serving, for whatever reason.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Err is why the chain stopped; valid once Done is closed.
+func (s *Server) Err() error {
+	select {
+	case <-s.done:
+		return s.runErr
+	default:
+		return nil
+	}
+}
+
+// Stop stops accepting connections, drains in-flight requests and watches,
+// and waits for the chain to return, bounded by ctx.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	started, cancel := s.started, s.cancel
+	s.mu.Unlock()
+	if !started {
+		s.stopOnce.Do(func() { _ = s.cfg.Listener.Close() })
+		return nil
+	}
+	s.stopOnce.Do(cancel)
+	select {
+	case <-s.done:
+		if s.runErr != nil && !errors.Is(s.runErr, context.Canceled) {
+			return fmt.Errorf("chain: %w", s.runErr)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("chain: stop: %w", ctx.Err())
+	}
+}

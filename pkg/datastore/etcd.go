@@ -1,0 +1,221 @@
+package datastore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.etcd.io/etcd/server/v3/embed"
+	"k8s.io/klog/v2"
+)
+
+// etcdStore runs a single-member etcd in process, loopback only.
+type etcdStore struct {
+	opts Options
+	dir  string // <data-dir>/db/etcd
+
+	mu     sync.Mutex
+	run    *etcdRun // nil when stopped
+	client ClientConfig
+}
+
+// etcdRun is one Start..Stop cycle.
+type etcdRun struct {
+	e       *embed.Etcd
+	closeMu sync.Once
+	closed  chan struct{} // closed when e.Close returned
+
+	failOnce sync.Once
+	failed   chan struct{} // closed on the first error from e.Err(); failErr is then set
+	failErr  error
+}
+
+func newEtcd(o Options, dbDir string) *etcdStore {
+	return &etcdStore{opts: o, dir: filepath.Join(dbDir, "etcd")}
+}
+
+func (s *etcdStore) Name() string { return TypeEtcd }
+
+func (s *etcdStore) Client() ClientConfig {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cc := s.client
+	cc.Endpoints = append([]string(nil), cc.Endpoints...)
+	return cc
+}
+
+func (s *etcdStore) Start(ctx context.Context) error {
+	lg := klog.FromContext(ctx).WithValues("datastore", TypeEtcd)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run != nil {
+		return errors.New("datastore: etcd already started (or still stopping)")
+	}
+	if err := ensurePrivateDir(s.dir); err != nil {
+		return err
+	}
+
+	// Free ports are picked by binding :0 and closing; another process may
+	// grab one before etcd binds it, so retry on EADDRINUSE.
+	var (
+		e   *embed.Etcd
+		err error
+	)
+	for attempt := 0; attempt < 5; attempt++ {
+		var cfg *embed.Config
+		cfg, err = s.config(klog.FromContext(ctx).WithName("etcd"))
+		if err != nil {
+			return err
+		}
+		e, err = embed.StartEtcd(cfg)
+		if err == nil || !isAddrInUse(err) {
+			break
+		}
+		lg.V(vInfo).Info("Port taken, retrying", "err", err)
+	}
+	if err != nil {
+		return fmt.Errorf("datastore: starting etcd in %s: %w", s.dir, err)
+	}
+
+	run := &etcdRun{e: e, closed: make(chan struct{}), failed: make(chan struct{})}
+	go func() {
+		// Err() is closed by e.Close once etcd is over.
+		for err := range e.Err() {
+			if err == nil {
+				continue
+			}
+			lg.Error(err, "Embedded etcd failed")
+			run.failOnce.Do(func() {
+				run.failErr = fmt.Errorf("datastore: etcd: %w", err)
+				close(run.failed)
+			})
+		}
+	}()
+	s.run = run
+	s.client = ClientConfig{
+		Endpoints: []string{"https://" + e.Clients[0].Addr().String()},
+		CAFile:    s.opts.EtcdCAFile,
+		CertFile:  s.opts.EtcdClientCertFile,
+		KeyFile:   s.opts.EtcdClientKeyFile,
+	}
+	lg.Info("Started embedded etcd", "dir", s.dir, "endpoint", s.client.Endpoints[0])
+	return nil
+}
+
+// config builds the embed config with fresh loopback ports.
+func (s *etcdStore) config(lg logr.Logger) (*embed.Config, error) {
+	clientPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		name = "edgeplane"
+	}
+
+	cfg := embed.NewConfig()
+	cfg.Name = name
+	cfg.Dir = s.dir
+	cfg.Logger = "zap"
+	cfg.LogLevel = "warn"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(lg))
+
+	clientURL := url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort))}
+	peerURL := url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}
+	cfg.ListenClientUrls = []url.URL{clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{clientURL}
+	cfg.ListenPeerUrls = []url.URL{peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{peerURL}
+	cfg.InitialCluster = cfg.InitialClusterFromName(name)
+	cfg.ClusterState = embed.ClusterStateFlagNew // ignored once the member is initialized
+
+	tlsInfo := transport.TLSInfo{
+		CertFile:       s.opts.EtcdServerCertFile,
+		KeyFile:        s.opts.EtcdServerKeyFile,
+		TrustedCAFile:  s.opts.EtcdCAFile,
+		ClientCertAuth: true,
+	}
+	cfg.ClientTLSInfo = tlsInfo
+	// Nobody peers with this single member; TLS with client-cert auth keeps
+	// other local users off the peer port.
+	cfg.PeerTLSInfo = tlsInfo
+
+	cfg.Metrics = "basic"
+	cfg.EnableGRPCGateway = false
+	cfg.AutoCompactionMode = embed.CompactorModePeriodic
+	cfg.AutoCompactionRetention = "0" // off: the apiserver compacts
+	cfg.SnapshotCount = 10000
+	return cfg, nil
+}
+
+func (s *etcdStore) Ready(ctx context.Context) error {
+	s.mu.Lock()
+	run := s.run
+	s.mu.Unlock()
+	if run == nil {
+		return errors.New("datastore: etcd not started")
+	}
+	select {
+	case <-run.e.Server.ReadyNotify():
+		return nil
+	case <-run.failed:
+		return run.failErr
+	case <-run.e.Server.StopNotify():
+		return errors.New("datastore: etcd stopped before it became ready")
+	case <-ctx.Done():
+		return fmt.Errorf("datastore: etcd not ready: %w", context.Cause(ctx))
+	}
+}
+
+func (s *etcdStore) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	run := s.run
+	s.mu.Unlock()
+	if run == nil {
+		return nil
+	}
+	run.closeMu.Do(func() {
+		go func() {
+			run.e.Close()
+			close(run.closed)
+		}()
+	})
+	select {
+	case <-run.closed:
+	case <-ctx.Done():
+		return fmt.Errorf("datastore: waiting for etcd to stop: %w", context.Cause(ctx))
+	}
+	s.mu.Lock()
+	if s.run == run {
+		s.run = nil
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("datastore: picking a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func isAddrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}

@@ -1,0 +1,200 @@
+package datastore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/k3s-io/kine/pkg/endpoint"
+	"k8s.io/klog/v2"
+)
+
+const (
+	sqliteFile = "state.db"
+	kineSocket = "kine.sock"
+
+	// DSN parameters that kine's pure-Go (modernc) sqlite driver honours: it
+	// translates _journal_mode, _busy_timeout and _synchronous into _pragma
+	// values and passes _txlock through. cache=shared is dropped without cgo.
+	sqliteParams = "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate"
+
+	// maxUnixPath is the usable length of sockaddr_un.sun_path on Linux.
+	maxUnixPath = 107
+)
+
+// kineStore runs kine on SQLite, serving etcd3 gRPC on a unix socket.
+type kineStore struct {
+	dbDir, dbPath, sockPath string
+
+	mu  sync.Mutex
+	run *kineRun // nil when stopped
+}
+
+// kineRun is one Start..Stop cycle.
+type kineRun struct {
+	cancel    context.CancelFunc
+	listened  chan struct{} // closed when endpoint.Listen returned; listenErr is then set
+	listenErr error
+	done      chan struct{} // closed when all kine goroutines exited and the database is closed
+}
+
+func newKine(dbDir string) (*kineStore, error) {
+	s := &kineStore{
+		dbDir:    dbDir,
+		dbPath:   filepath.Join(dbDir, sqliteFile),
+		sockPath: filepath.Join(dbDir, kineSocket),
+	}
+	if len(s.sockPath) > maxUnixPath {
+		return nil, fmt.Errorf("datastore: socket path %s is longer than %d bytes; use a shorter --data-dir", s.sockPath, maxUnixPath)
+	}
+	return s, nil
+}
+
+func (s *kineStore) Name() string { return TypeSQLite }
+
+func (s *kineStore) Client() ClientConfig {
+	return ClientConfig{Endpoints: []string{"unix://" + s.sockPath}}
+}
+
+func (s *kineStore) Start(ctx context.Context) error {
+	lg := klog.FromContext(ctx).WithValues("datastore", TypeSQLite)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run != nil {
+		return errors.New("datastore: sqlite already started (or still stopping)")
+	}
+
+	if err := ensurePrivateDir(s.dbDir); err != nil {
+		return err
+	}
+	if err := removeStaleSocket(s.sockPath); err != nil {
+		return err
+	}
+	if err := checkSQLite(ctx, s.dbPath); err != nil {
+		return err
+	}
+
+	routeLogrus(klog.FromContext(ctx).WithName("kine"))
+	wg := &sync.WaitGroup{}
+	cfg := endpoint.Config{
+		WaitGroup: wg,
+		Listener:  "unix://" + s.sockPath,
+		Endpoint:  "sqlite://" + s.dbPath + "?" + sqliteParams,
+		// kine's own CLI defaults; its zero values are refused.
+		NotifyInterval:      5 * time.Second,
+		EmulatedETCDVersion: "3.6.11",
+		CompactTimeout:      5 * time.Second,
+		CompactMinRetain:    1000,
+		CompactBatchSize:    1000,
+		PollBatchSize:       500,
+		PollInterval:        time.Second,
+		// The apiserver (>= 1.34) compacts through the etcd API itself.
+		CompactInterval: 0,
+		// nil: kine registers no metrics, so nothing collides with the
+		// apiserver's legacyregistry.
+		MetricsRegisterer: nil,
+	}
+
+	// kine gets its own context, cancelled only by Stop: the datastore
+	// outlives the apiserver on shutdown.
+	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	run := &kineRun{cancel: cancel, listened: make(chan struct{}), done: make(chan struct{})}
+	s.run = run
+	go func() {
+		_, err := endpoint.Listen(kctx, cfg)
+		if err != nil {
+			err = fmt.Errorf("datastore: starting kine on %s: %w", s.dbPath, err)
+			lg.Error(err, "Kine failed to start")
+			cancel()
+		}
+		run.listenErr = err
+		close(run.listened)
+		// All wg.Add calls happen inside Listen or while the counter is
+		// non-zero, so waiting here is safe. On cancel kine stops gRPC
+		// (graceful, up to 2s), then its backend, then closes the database.
+		wg.Wait()
+		close(run.done)
+		lg.V(vInfo).Info("Kine stopped")
+	}()
+	lg.Info("Starting kine", "database", s.dbPath, "socket", s.sockPath)
+	return nil
+}
+
+func (s *kineStore) Ready(ctx context.Context) error {
+	s.mu.Lock()
+	run := s.run
+	s.mu.Unlock()
+	if run == nil {
+		return errors.New("datastore: sqlite not started")
+	}
+	select {
+	case <-run.listened:
+	case <-ctx.Done():
+		return fmt.Errorf("datastore: kine not listening yet: %w", context.Cause(ctx))
+	}
+	if run.listenErr != nil {
+		return run.listenErr
+	}
+	return waitForGet(ctx, s.Client(), run.done)
+}
+
+func (s *kineStore) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	run := s.run
+	s.mu.Unlock()
+	if run == nil {
+		return nil
+	}
+	run.cancel()
+	select {
+	case <-run.done:
+	case <-ctx.Done():
+		return fmt.Errorf("datastore: waiting for kine to stop: %w", context.Cause(ctx))
+	}
+	s.mu.Lock()
+	if s.run == run {
+		s.run = nil
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// ensurePrivateDir creates dir (and parents) and makes it 0700.
+func ensurePrivateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("datastore: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("datastore: %w", err)
+	}
+	return nil
+}
+
+// removeStaleSocket removes a socket file left behind by a crash. It refuses
+// to touch a socket something still listens on, or a file that is not a socket.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("datastore: %w", err)
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("datastore: %s exists and is not a socket; remove it", path)
+	}
+	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		conn.Close()
+		return fmt.Errorf("datastore: %s is in use by another process; is edgeplane already running on this data dir?", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("datastore: removing stale socket: %w", err)
+	}
+	return nil
+}

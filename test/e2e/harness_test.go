@@ -1,0 +1,226 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// binary is the edgeplane binary built once by TestMain, stamped like a release.
+var binary string
+
+func TestMain(m *testing.M) {
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "edgeplane-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "edgeplane")
+	ldflags, err := exec.Command("../../hack/ldflags.sh", "e2e").Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hack/ldflags.sh:", err)
+		os.Exit(1)
+	}
+	build := exec.Command("go", "build", "-ldflags", strings.TrimSpace(string(ldflags)), "-o", binary, "../../cmd/edgeplane")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build edgeplane:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer collects a process's output for assertions and failure logs.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// server is one edgeplane process.
+type server struct {
+	t          *testing.T
+	dataDir    string
+	cmd        *exec.Cmd
+	output     *syncBuffer
+	ready      chan struct{}
+	exited     chan struct{}
+	exitErr    error
+	kubeconfig string
+	config     *rest.Config
+	client     *kubernetes.Clientset
+}
+
+var readyLine = regexp.MustCompile(`edgeplane ready in ([0-9.]+) s, kubeconfig at (\S+)`)
+
+// command prepares edgeplane with args on dataDir, bound to loopback on a free port.
+func command(dataDir string, args ...string) *exec.Cmd {
+	base := []string{"server", "--data-dir", dataDir, "--bind-address", "127.0.0.1", "--https-port", "0"}
+	return exec.Command(binary, append(base, args...)...)
+}
+
+// startServer starts edgeplane and waits until it logs that it is ready.
+func startServer(t *testing.T, dataDir string, args ...string) *server {
+	t.Helper()
+	s := launch(t, dataDir, args...)
+	select {
+	case <-s.ready:
+	case <-s.exited:
+		t.Fatalf("edgeplane exited before ready (%v):\n%s", s.exitErr, tail(s.output.String()))
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("edgeplane not ready after 3 minutes:\n%s", tail(s.output.String()))
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	if err != nil {
+		t.Fatalf("load %s: %v", s.kubeconfig, err)
+	}
+	s.config = cfg
+	s.client = kubernetes.NewForConfigOrDie(cfg)
+	return s
+}
+
+// launch starts edgeplane without waiting; Stop is registered as cleanup.
+func launch(t *testing.T, dataDir string, args ...string) *server {
+	t.Helper()
+	s := &server{t: t, dataDir: dataDir, output: &syncBuffer{}, ready: make(chan struct{}), exited: make(chan struct{})}
+	s.cmd = command(dataDir, args...)
+	pr, pw := io.Pipe()
+	s.cmd.Stdout = s.output
+	s.cmd.Stderr = io.MultiWriter(s.output, pw)
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		signalled := false
+		for sc.Scan() {
+			if m := readyLine.FindStringSubmatch(sc.Text()); m != nil && !signalled {
+				s.kubeconfig = m[2]
+				signalled = true
+				close(s.ready)
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	go func() {
+		s.exitErr = s.cmd.Wait()
+		_ = pw.Close()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		s.kill()
+		if t.Failed() {
+			t.Logf("edgeplane output (%s):\n%s", dataDir, tail(s.output.String()))
+		}
+	})
+	return s
+}
+
+// stop sends SIGTERM and expects a clean exit within a minute.
+func (s *server) stop() {
+	s.t.Helper()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(time.Minute):
+		s.kill()
+		s.t.Fatalf("edgeplane did not stop within a minute of SIGTERM:\n%s", tail(s.output.String()))
+	}
+	if s.exitErr != nil {
+		s.t.Fatalf("edgeplane exited with %v after SIGTERM:\n%s", s.exitErr, tail(s.output.String()))
+	}
+}
+
+func (s *server) kill() {
+	select {
+	case <-s.exited:
+	default:
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// runToExit runs edgeplane expecting it to fail; it returns the combined output.
+func runToExit(t *testing.T, dataDir string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := command(dataDir, args...)
+	cmd = exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run edgeplane: %v", err)
+	}
+	return string(out), code
+}
+
+// tail keeps the end of a long log.
+func tail(s string) string {
+	const max = 8000
+	if len(s) > max {
+		return "...\n" + s[len(s)-max:]
+	}
+	return s
+}
+
+// kubectl runs the kubectl on the PATH against s.
+func (s *server) kubectl(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", s.kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// eventually polls cond every 100ms until it returns true or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	var lastErr error
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, err := cond(ctx)
+		if err != nil {
+			lastErr = err
+		}
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
+	}
+}
