@@ -46,9 +46,9 @@ type server struct {
 
 // start runs every start-up phase; on error, what started is stopped and the
 // data dir unlocked.
-func start(ctx context.Context, o CompletedOptions) (s *server, rerr error) {
+func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	logger := klog.FromContext(ctx)
-	s = &server{started: time.Now()}
+	s := &server{started: time.Now()}
 	defer func() {
 		if rerr != nil {
 			_ = s.mgr.stopAll(context.WithoutCancel(ctx), stopTimeout)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"flag"
 	"context"
 	"fmt"
 	"io"
@@ -26,6 +27,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	if testing.Short() {
 		os.Exit(m.Run())
 	}
@@ -84,7 +86,7 @@ type server struct {
 	client     *kubernetes.Clientset
 }
 
-var readyLine = regexp.MustCompile(`edgeplane ready in ([0-9.]+) s, kubeconfig at (\S+)`)
+var readyLine = regexp.MustCompile(`edgeplane ready in ([0-9.]+) s, kubeconfig at ([^"\s]+)`)
 
 // command prepares edgeplane with args on dataDir, bound to loopback on a free port.
 func command(dataDir string, args ...string) *exec.Cmd {

@@ -40,11 +40,14 @@ func newServerCommand() *cobra.Command {
 
 // invalidFlags lists every flag problem, one per line.
 func invalidFlags(errs []error) error {
+	if len(errs) == 1 {
+		return fmt.Errorf("invalid flag: %w", errs[0])
+	}
 	lines := make([]string, 0, len(errs))
 	for _, err := range errs {
 		lines = append(lines, "  "+err.Error())
 	}
-	return fmt.Errorf("invalid flags (%d problems):\n%s", len(errs), strings.Join(lines, "\n"))
+	return fmt.Errorf("invalid flags, %d problems:\n%s", len(errs), strings.Join(lines, "\n"))
 }
 
 // signalContext is cancelled on the first SIGTERM or SIGINT, which starts a
