@@ -135,6 +135,27 @@ func TestBadInput(t *testing.T) {
 		assertUnchanged(t, dir, before)
 	})
 
+	t.Run("corrupt database", func(t *testing.T) {
+		dir := t.TempDir()
+		// A fixed port keeps the kubeconfigs identical between the two starts.
+		port := freePort(t)
+		s := startServer(t, dir, "--https-port", port)
+		s.stop()
+		db := filepath.Join(dir, "db", "state.db")
+		for _, side := range []string{"-wal", "-shm"} {
+			_ = os.Remove(db + side)
+		}
+		writeFile(t, db, strings.Repeat("not a database ", 512))
+		before := snapshot(t, dir)
+		out, code := runToExit(t, dir, "--https-port", port)
+		wantExit(t, code, out)
+		wantLine(t, out, "is not a valid SQLite database")
+		if !strings.Contains(out, db) {
+			t.Errorf("error does not name %s:\n%s", db, out)
+		}
+		assertUnchanged(t, dir, before)
+	})
+
 	t.Run("two servers on one data dir", func(t *testing.T) {
 		dir := t.TempDir()
 		s := startServer(t, dir)
@@ -146,6 +167,17 @@ func TestBadInput(t *testing.T) {
 		}
 		s.stop()
 	})
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
 func wantExit(t *testing.T, code int, out string) {
