@@ -3,8 +3,8 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"flag"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
