@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/pflag"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/edgeplane/edgeplane/pkg/controllers"
 )
 
 // Datastore kinds the server can run.
@@ -30,6 +32,9 @@ type Options struct {
 	ClusterDomain       string
 	WriteKubeconfig     string
 	WriteKubeconfigMode string
+	Disable             []string
+	ClusterCIDR         string
+	AllocateNodeCIDRs   bool
 }
 
 // NewOptions returns the defaults.
@@ -42,6 +47,7 @@ func NewOptions() *Options {
 		ServiceCIDR:         "10.43.0.0/16",
 		ClusterDomain:       "cluster.local",
 		WriteKubeconfigMode: "0600",
+		ClusterCIDR:         controllers.DefaultClusterCIDR,
 	}
 }
 
@@ -68,6 +74,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", o.ClusterDomain, "Cluster DNS domain.")
 	fs.StringVar(&o.WriteKubeconfig, "write-kubeconfig", o.WriteKubeconfig, "Also write the admin kubeconfig to this path.")
 	fs.StringVar(&o.WriteKubeconfigMode, "write-kubeconfig-mode", o.WriteKubeconfigMode, "File mode (octal) of the admin kubeconfig files.")
+	fs.StringSliceVar(&o.Disable, "disable", o.Disable, "Components not to run, comma-separated (repeatable): "+strings.Join(disableable, ", ")+".")
+	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", o.ClusterCIDR, "Pod network: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma.")
+	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", o.AllocateNodeCIDRs, "Give each Node a pod CIDR from --cluster-cidr.")
 }
 
 // completedOptions holds defaulted and parsed options. It is private so that
@@ -84,6 +93,10 @@ type completedOptions struct {
 	ClusterDomain    string
 	WriteKubeconfig  string
 	KubeconfigMode   os.FileMode
+	// Disabled holds the components --disable turned off.
+	Disabled          map[string]bool
+	ClusterCIDR       string
+	AllocateNodeCIDRs bool
 
 	// problems found while parsing, reported by Validate with the rest.
 	problems []error
@@ -102,6 +115,9 @@ func (o *Options) Complete() (CompletedOptions, error) {
 		HTTPSPort:       o.HTTPSPort,
 		ClusterDomain:   o.ClusterDomain,
 		WriteKubeconfig: o.WriteKubeconfig,
+
+		ClusterCIDR:       strings.TrimSpace(o.ClusterCIDR),
+		AllocateNodeCIDRs: o.AllocateNodeCIDRs,
 	}
 	bad := func(format string, args ...any) { c.problems = append(c.problems, fmt.Errorf(format, args...)) }
 
@@ -146,6 +162,9 @@ func (o *Options) Complete() (CompletedOptions, error) {
 	} else {
 		c.ServiceCIDR = cidr
 	}
+	var disableErrs []error
+	c.Disabled, disableErrs = parseDisable(o.Disable)
+	c.problems = append(c.problems, disableErrs...)
 	if mode, err := strconv.ParseUint(o.WriteKubeconfigMode, 8, 32); err != nil || mode > 0o777 {
 		bad("--write-kubeconfig-mode %q is not an octal file mode such as 0600", o.WriteKubeconfigMode)
 	} else {
@@ -183,6 +202,7 @@ func (c CompletedOptions) Validate() []error {
 			errs = append(errs, fmt.Errorf("--service-cidr %s is too small to hold Services", cidr))
 		}
 	}
+	errs = append(errs, controllers.ValidateClusterCIDR(c.ClusterCIDR, c.ServiceCIDR, c.AllocateNodeCIDRs)...)
 	if c.WriteKubeconfig != "" && c.DataDir != "" && filepath.Clean(c.WriteKubeconfig) == filepath.Join(c.DataDir, adminKubeconfigName) {
 		errs = append(errs, errors.New("--write-kubeconfig must differ from the admin kubeconfig in --data-dir"))
 	}

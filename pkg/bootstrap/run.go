@@ -17,6 +17,7 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/chain"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
+	"github.com/edgeplane/edgeplane/pkg/wear"
 )
 
 const (
@@ -104,6 +105,7 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 		return nil, err
 	}
 
+	wear.Register(filepath.Join(o.DataDir, "db"))
 	storage := store.Client()
 	apiserver, err := chain.New(chain.Config{
 		Listener:         listener,
@@ -125,6 +127,9 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	}
 	s.chain = apiserver
 	if err := s.mgr.start(ctx, apiserver, stopTimeout); err != nil {
+		return nil, err
+	}
+	if err := s.startControllers(ctx, o); err != nil {
 		return nil, err
 	}
 

@@ -47,6 +47,12 @@ type Config struct {
 	StateDir string
 	Files    Files
 	Storage  Storage
+	// SharedDatastore is true when other API servers use the same datastore:
+	// it keeps the identity lease, peer-endpoint and lease-based endpoint
+	// reconcilers that a single server does without (see tune.go).
+	SharedDatastore bool
+	// Day2 holds secrets encryption and audit logging (optional).
+	Day2 Day2
 	// ShutdownWatchGrace bounds how long watches may take to drain on Stop (default 2s).
 	ShutdownWatchGrace time.Duration
 }

@@ -3,10 +3,8 @@ package chain
 import (
 	"fmt"
 	"net"
-	"strconv"
 
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
-	"k8s.io/kubernetes/pkg/controlplane/reconcilers"
 )
 
 // Authorization modes and admission plugins edgeplane always runs with.
@@ -70,12 +68,8 @@ func buildOptions(c *Config, authnConfigFile string) (*options.ServerRunOptions,
 	s.KubeletConfig.TLSClientConfig.CertFile = c.Files.KubeletClientCert
 	s.KubeletConfig.TLSClientConfig.KeyFile = c.Files.KubeletClientKey
 	s.KubeletConfig.TLSClientConfig.CAFile = c.Files.ClusterCA
-	s.EndpointReconcilerType = string(reconcilers.LeaseEndpointReconcilerType)
+	reconciler, count := endpointReconciler(c.SharedDatastore)
+	s.EndpointReconcilerType, s.MasterCount = string(reconciler), count
+	applyDay2(s, c.Day2)
 	return s, nil
-}
-
-// hostPort is the loopback URL host for a listener, for log lines.
-func hostPort(l net.Listener) string {
-	tcp := l.Addr().(*net.TCPAddr)
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port))
 }

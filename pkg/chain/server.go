@@ -99,6 +99,7 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: build config: %w", err)
 	}
+	tune(config, c)
 	completedConfig, err := config.Complete()
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: complete config: %w", err)

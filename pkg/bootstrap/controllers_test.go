@@ -1,0 +1,36 @@
+package bootstrap
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseDisable(t *testing.T) {
+	cases := []struct {
+		values  []string
+		want    []string
+		wantErr string
+	}{
+		{values: nil, want: nil},
+		{values: []string{"controller-manager,scheduler"}, want: []string{"controller-manager", "scheduler"}},
+		{values: []string{"scheduler", " controller-manager "}, want: []string{"controller-manager", "scheduler"}},
+		{values: []string{"scheduler,,scheduler"}, want: []string{"scheduler"}},
+		{values: []string{"scheduler,kubelet"}, want: []string{"scheduler"}, wantErr: `--disable "kubelet" is not one of: controller-manager, scheduler`},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.values, "|"), func(t *testing.T) {
+			got, errs := parseDisable(tc.values)
+			if keys := slices.Sorted(maps.Keys(got)); !slices.Equal(keys, tc.want) {
+				t.Errorf("disabled = %v, want %v", keys, tc.want)
+			}
+			switch {
+			case tc.wantErr == "" && len(errs) > 0:
+				t.Errorf("errors %v", errs)
+			case tc.wantErr != "" && (len(errs) != 1 || errs[0].Error() != tc.wantErr):
+				t.Errorf("errors %v, want %q", errs, tc.wantErr)
+			}
+		})
+	}
+}
