@@ -35,6 +35,9 @@ type Server struct {
 // New checks the configuration. The heavy work (building storage, admission,
 // authentication) happens in Start, once the datastore is up.
 func New(cfg Config) (*Server, error) {
+	if cfg.InformerResync == 0 {
+		cfg.InformerResync = defaultInformerResync
+	}
 	if cfg.ShutdownWatchGrace == 0 {
 		cfg.ShutdownWatchGrace = defaultWatchGrace
 	}
@@ -95,7 +98,7 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 	if errs := completed.Validate(); len(errs) != 0 {
 		return nil, nil, fmt.Errorf("chain: invalid options: %w", utilerrors.NewAggregate(errs))
 	}
-	config, err := app.NewConfig(completed)
+	config, err := newConfig(completed, c.InformerResync)
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: build config: %w", err)
 	}

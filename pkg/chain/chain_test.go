@@ -1,0 +1,81 @@
+package chain
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/kubernetes/pkg/controlplane/reconcilers"
+)
+
+func TestTimelineObserve(t *testing.T) {
+	tl := newTimeline()
+	start := tl.start
+	body := func(lines ...string) string {
+		out := ""
+		for _, l := range lines {
+			out += l + "\n"
+		}
+		return out + "readyz check failed\n"
+	}
+	tl.observe(body("[+]ping ok", "[-]poststarthook/rbac/bootstrap-roles failed: not finished"), start.Add(100*time.Millisecond))
+	tl.observe(body("[+]ping ok", "[+]poststarthook/rbac/bootstrap-roles ok"), start.Add(2*time.Second))
+
+	for _, tc := range []struct {
+		check string
+		want  time.Duration
+	}{
+		{"ping", 100 * time.Millisecond},
+		{"poststarthook/rbac/bootstrap-roles", 2 * time.Second},
+	} {
+		if got := tl.okAt[tc.check]; got != tc.want {
+			t.Errorf("%s turned ok after %s, want %s", tc.check, got, tc.want)
+		}
+	}
+	slow := tl.slow()
+	if len(slow) != 1 || slow[0].Name != "poststarthook/rbac/bootstrap-roles" {
+		t.Fatalf("slow checks = %v, want only rbac/bootstrap-roles", slow)
+	}
+}
+
+func TestFailing(t *testing.T) {
+	got := failing("[+]ping ok\n[-]etcd failed: reason withheld\n[+]log ok\n")
+	if got != "[-]etcd failed: reason withheld" {
+		t.Fatalf("failing() = %q", got)
+	}
+}
+
+func TestSingleServerTuning(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		shared         bool
+		wantReconciler reconcilers.Type
+		wantDisabled   bool
+	}{
+		{"one server owns its datastore", false, reconcilers.MasterCountReconcilerType, true},
+		{"servers share a datastore", true, reconcilers.LeaseEndpointReconcilerType, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, count := endpointReconciler(tc.shared)
+			if got != tc.wantReconciler || count != 1 {
+				t.Errorf("endpointReconciler = %s, %d", got, count)
+			}
+			hooks := disabledHooks(&Config{SharedDatastore: tc.shared})
+			if has := slices.Contains(hooks, "start-kube-apiserver-identity-lease-controller"); has != tc.wantDisabled {
+				t.Errorf("identity lease hook disabled = %v, want %v", has, tc.wantDisabled)
+			}
+		})
+	}
+}
+
+func TestWriteAuthenticationConfig(t *testing.T) {
+	dir := t.TempDir()
+	path, err := writeAuthenticationConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := writeAuthenticationConfig(dir)
+	if err != nil || again != path {
+		t.Fatalf("second write: %q, %v", again, err)
+	}
+}
