@@ -12,7 +12,7 @@ TEST_TIMEOUT  ?= 25m
 # kubectl cannot parse it. See hack/ldflags.sh, which tests use too.
 LDFLAGS := $(shell ./hack/ldflags.sh $(VERSION))
 
-.PHONY: build run test unit vet fmt clean
+.PHONY: build run test unit vet fmt clean dist test-qemu
 build:
 	go build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/edgeplane
 
@@ -31,5 +31,29 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	go vet ./...
 
+# Release folder dist/: static, stripped, stamped binaries for linux/amd64,
+# linux/arm64 and linux/arm (ARMv7), install.sh, edgeplane-uninstall.sh and
+# SHA256SUMS. A cold cross build takes minutes per architecture.
+dist:
+	./hack/dist.sh $(VERSION)
+
+# Cross-builds linux/arm64 and runs it under qemu-aarch64 (Debian's
+# qemu-user-static): `edgeplane version`, then a server start to /readyz.
+# Not part of `make test`: the cross build is slow. QEMU_BINARY=dist/edgeplane-linux-arm64
+# reuses a `make dist` binary.
+test-qemu:
+	EDGEPLANE_TEST_QEMU=1 EDGEPLANE_QEMU_BINARY=$(QEMU_BINARY) go test -count=1 -v -timeout 60m -run 'TestQEMU' ./test/e2e/
+
+# Benchmark against upstream kube-apiserver + etcd (bench/, docs/PERFORMANCE.md):
+# builds the baseline from go.mod's versions, runs everything side by side on
+# loopback, prints the table and writes bench/RESULTS.md. About 30 min;
+# bench-smoke is a few minutes. BENCH_ARGS go to the driver (bench/run.sh -h).
+.PHONY: bench bench-smoke
+bench:
+	BENCH_COMMAND="make bench $(BENCH_ARGS)" ./bench/run.sh $(BENCH_ARGS)
+
+bench-smoke:
+	BENCH_COMMAND="make bench-smoke $(BENCH_ARGS)" ./bench/run.sh -short $(BENCH_ARGS)
+
 clean:
-	rm -rf bin
+	rm -rf bin dist

@@ -45,9 +45,9 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 		ClusterCIDR:       o.ClusterCIDR,
 		AllocateNodeCIDRs: o.AllocateNodeCIDRs,
 		ServiceCIDR:       o.ServiceCIDR,
-		// A datastore serves one server today (SQLite, or single-member
-		// embedded etcd); turn this on once servers can share one.
-		LeaderElect: false,
+		// Servers that share a datastore elect one controller-manager and
+		// one scheduler among them.
+		LeaderElect: o.sharedDatastore(),
 	}
 	if !o.Disabled[componentControllerManager] {
 		cm, err := controllers.NewControllerManager(opts)

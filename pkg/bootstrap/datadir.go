@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"syscall"
 )
@@ -32,23 +31,7 @@ func prepareDataDir(dir string) (*dataDirLock, error) {
 		return nil, fmt.Errorf("data dir %s: %w", dir, unwrapPath(err))
 	}
 
-	path := filepath.Join(dir, lockName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open lock %s: %w", path, unwrapPath(err))
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		holder, _ := os.ReadFile(path)
-		_ = f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("data dir %s is in use by another edgeplane server (pid %s): stop it or pass another --data-dir", dir, pidOrUnknown(holder))
-		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
-	return &dataDirLock{f: f}, nil
+	return lockDir(dir)
 }
 
 // release drops the lock; safe to call more than once.

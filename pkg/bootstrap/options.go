@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -32,9 +33,12 @@ type Options struct {
 	ClusterDomain       string
 	WriteKubeconfig     string
 	WriteKubeconfigMode string
+	CompactionInterval  time.Duration
 	Disable             []string
 	ClusterCIDR         string
 	AllocateNodeCIDRs   bool
+	Day2                Day2Options
+	Cluster             ClusterOptions
 }
 
 // NewOptions returns the defaults.
@@ -47,7 +51,10 @@ func NewOptions() *Options {
 		ServiceCIDR:         "10.43.0.0/16",
 		ClusterDomain:       "cluster.local",
 		WriteKubeconfigMode: "0600",
+		CompactionInterval:  5 * time.Minute,
 		ClusterCIDR:         controllers.DefaultClusterCIDR,
+		Day2:                newDay2Options(),
+		Cluster:             newClusterOptions(),
 	}
 }
 
@@ -74,29 +81,35 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", o.ClusterDomain, "Cluster DNS domain.")
 	fs.StringVar(&o.WriteKubeconfig, "write-kubeconfig", o.WriteKubeconfig, "Also write the admin kubeconfig to this path.")
 	fs.StringVar(&o.WriteKubeconfigMode, "write-kubeconfig-mode", o.WriteKubeconfigMode, "File mode (octal) of the admin kubeconfig files.")
+	fs.DurationVar(&o.CompactionInterval, "compaction-interval", o.CompactionInterval, "How often the API server compacts old revisions in the datastore (0 turns it off; see docs/FLASH.md).")
 	fs.StringSliceVar(&o.Disable, "disable", o.Disable, "Components not to run, comma-separated (repeatable): "+strings.Join(disableable, ", ")+".")
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", o.ClusterCIDR, "Pod network: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma.")
 	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", o.AllocateNodeCIDRs, "Give each Node a pod CIDR from --cluster-cidr.")
+	o.Day2.AddFlags(fs)
+	o.Cluster.AddFlags(fs)
 }
 
 // completedOptions holds defaulted and parsed options. It is private so that
 // only Complete can make one.
 type completedOptions struct {
-	DataDir          string
-	Datastore        string
-	BindAddress      net.IP
-	HTTPSPort        int
-	AdvertiseAddress net.IP
-	Hostname         string
-	TLSSANs          []string
-	ServiceCIDR      *net.IPNet
-	ClusterDomain    string
-	WriteKubeconfig  string
-	KubeconfigMode   os.FileMode
+	DataDir            string
+	Datastore          string
+	BindAddress        net.IP
+	HTTPSPort          int
+	AdvertiseAddress   net.IP
+	Hostname           string
+	TLSSANs            []string
+	ServiceCIDR        *net.IPNet
+	ClusterDomain      string
+	WriteKubeconfig    string
+	KubeconfigMode     os.FileMode
+	CompactionInterval time.Duration
 	// Disabled holds the components --disable turned off.
 	Disabled          map[string]bool
 	ClusterCIDR       string
 	AllocateNodeCIDRs bool
+	Day2              day2Completed
+	Cluster           clusterCompleted
 
 	// problems found while parsing, reported by Validate with the rest.
 	problems []error
@@ -164,7 +177,19 @@ func (o *Options) Complete() (CompletedOptions, error) {
 	}
 	var disableErrs []error
 	c.Disabled, disableErrs = parseDisable(o.Disable)
+	var day2Errs []error
+	c.Day2, day2Errs = o.Day2.complete()
+	c.problems = append(c.problems, day2Errs...)
 	c.problems = append(c.problems, disableErrs...)
+	var clusterErrs []error
+	c.Cluster, clusterErrs = o.Cluster.complete()
+	c.problems = append(c.problems, clusterErrs...)
+	if c.Cluster.etcdCluster() {
+		c.Datastore = "etcd" // an embedded etcd cluster (etcdjoin.go)
+	}
+	if c.CompactionInterval = o.CompactionInterval; c.CompactionInterval < 0 {
+		bad("--compaction-interval %s must not be negative", o.CompactionInterval)
+	}
 	if mode, err := strconv.ParseUint(o.WriteKubeconfigMode, 8, 32); err != nil || mode > 0o777 {
 		bad("--write-kubeconfig-mode %q is not an octal file mode such as 0600", o.WriteKubeconfigMode)
 	} else {

@@ -33,6 +33,7 @@ func Run(ctx context.Context, o CompletedOptions) error {
 	if err != nil {
 		return err
 	}
+	s.notifyReady(ctx)
 	return s.wait(ctx)
 }
 
@@ -69,17 +70,19 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	}
 	port := listener.Addr().(*net.TCPAddr).Port
 
-	pki, err := certs.Ensure(ctx, certs.Options{
-		Dir:                 filepath.Join(o.DataDir, "tls"),
-		KubeconfigDir:       o.DataDir,
-		Hostname:            o.Hostname,
-		ExtraSANs:           o.TLSSANs,
-		AdvertiseAddress:    o.AdvertiseAddress,
-		ServiceCIDR:         o.ServiceCIDR,
-		ClusterDomain:       o.ClusterDomain,
-		APIServerPort:       port,
-		AdminKubeconfigMode: o.KubeconfigMode,
-	})
+	// --datastore-endpoint: started first, as it may hold the cluster's CAs (shared.go).
+	shared, err := s.startShared(ctx, o)
+	if err != nil {
+		_ = listener.Close()
+		return nil, err
+	}
+	// --cluster-init / --server: a joining server fetches the CAs first (etcdjoin.go).
+	etcdJoin, err := s.prepareEtcdJoin(ctx, o)
+	if err != nil {
+		_ = listener.Close()
+		return nil, err
+	}
+	pki, err := certs.Ensure(ctx, certOptions(o, port)) // see day2.go: renewals use the same
 	if err != nil {
 		_ = listener.Close()
 		return nil, err
@@ -87,7 +90,10 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	s.pki = pki
 	s.mgr.record(ctx, "certs", time.Since(phase))
 
-	store, err := datastore.New(datastore.Options{
+	var store datastore.Datastore
+	if shared != nil {
+		store = shared.store
+	} else if store, err = datastore.New(datastore.Options{
 		Type:               o.Datastore,
 		DataDir:            o.DataDir,
 		EtcdCAFile:         pki.EtcdCA.Cert,
@@ -95,25 +101,36 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 		EtcdServerKeyFile:  pki.EtcdServer.Key,
 		EtcdClientCertFile: pki.EtcdClient.Cert,
 		EtcdClientKeyFile:  pki.EtcdClient.Key,
-	})
-	if err != nil {
+		Cluster:            etcdJoin.datastoreCluster(),
+	}); err != nil {
 		_ = listener.Close()
 		return nil, err
-	}
-	if err := s.mgr.start(ctx, store, stopTimeout); err != nil {
+	} else if err := s.mgr.start(ctx, store, stopTimeout); err != nil {
 		_ = listener.Close()
 		return nil, err
 	}
 
 	wear.Register(filepath.Join(o.DataDir, "db"))
 	storage := store.Client()
+	day2, err := prepareDay2(ctx, o)
+	if err != nil {
+		_ = listener.Close()
+		return nil, err
+	}
+	if err := shared.publish(ctx); err != nil {
+		_ = listener.Close()
+		return nil, err
+	}
 	apiserver, err := chain.New(chain.Config{
-		Listener:         listener,
-		AdvertiseAddress: o.AdvertiseAddress,
-		ServiceCIDR:      o.ServiceCIDR,
-		ClusterDomain:    o.ClusterDomain,
-		StateDir:         filepath.Join(o.DataDir, "config"),
-		Files:            chainFiles(pki),
+		Day2:               day2,
+		Listener:           listener,
+		AdvertiseAddress:   o.AdvertiseAddress,
+		ServiceCIDR:        o.ServiceCIDR,
+		ClusterDomain:      o.ClusterDomain,
+		SharedDatastore:    o.sharedDatastore(),
+		StateDir:           filepath.Join(o.DataDir, "config"),
+		CompactionInterval: o.CompactionInterval,
+		Files:              chainFiles(pki),
 		Storage: chain.Storage{
 			Endpoints: storage.Endpoints,
 			CAFile:    storage.CAFile,
@@ -130,6 +147,12 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 		return nil, err
 	}
 	if err := s.startControllers(ctx, o); err != nil {
+		return nil, err
+	}
+	if err := s.startDay2(ctx, o, port, storage); err != nil {
+		return nil, err
+	}
+	if err := etcdJoin.publish(ctx, pki); err != nil {
 		return nil, err
 	}
 
@@ -159,6 +182,7 @@ func (s *server) wait(ctx context.Context) error {
 		cause = fmt.Errorf("apiserver stopped unexpectedly: %v", s.chain.Err())
 		logger.Error(cause, "Shutting down")
 	}
+	notifyStopping(ctx)
 	begin := time.Now()
 	err := s.mgr.stopAll(context.WithoutCancel(ctx), stopTimeout)
 	s.lock.release()

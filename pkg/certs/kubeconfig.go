@@ -35,6 +35,24 @@ func renderKubeconfig(server string, caPEM, certPEM, keyPEM []byte, user string)
 	return b, nil
 }
 
+// renderFileKubeconfig returns a kubeconfig that points at the CA,
+// certificate and key files instead of embedding them. client-go reloads
+// client certificates given as files (it re-reads them on new connections and
+// checks every few minutes, closing connections when they changed), so the
+// in-process components pick up renewed certificates without a restart.
+func renderFileKubeconfig(server, caFile, certFile, keyFile, user string) ([]byte, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[kubeconfigCluster] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: caFile}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificate: certFile, ClientKey: keyFile}
+	cfg.Contexts[kubeconfigCluster] = &clientcmdapi.Context{Cluster: kubeconfigCluster, AuthInfo: user}
+	cfg.CurrentContext = kubeconfigCluster
+	b, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("tls: cannot encode kubeconfig for %s: %w", user, err)
+	}
+	return b, nil
+}
+
 // kubeconfigOps returns the operations that make path hold data with mode:
 // none when it already does, a chmod when only the mode differs, otherwise
 // an atomic write. A file that exists but cannot be read is an error.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"time"
 )
 
 // leafState is a leaf certificate after planning: reused or newly minted.
@@ -16,7 +17,7 @@ type leafState struct {
 }
 
 // planLeaf reuses the leaf at spec.kp when it is intact, verifies against its
-// CA, is not within renewBefore of expiry and matches spec; otherwise it plans
+// CA, has more than a third of its life left and matches spec; otherwise it plans
 // a re-issue. Unreadable, unparseable or mismatched files are errors.
 func (p *planner) planLeaf(spec *leafSpec) (*leafState, error) {
 	certPEM, err := readOptional(spec.kp.Cert)
@@ -62,7 +63,7 @@ func (p *planner) planLeaf(spec *leafSpec) (*leafState, error) {
 		}
 		keyPEM = newKeyPEM
 	}
-	cert, certPEM2, err := mintLeaf(spec, key.Public(), p.now)
+	cert, certPEM2, err := mintLeaf(spec, key.Public(), p.now, p.leafValidity)
 	if err != nil {
 		return nil, err
 	}
@@ -77,6 +78,7 @@ func (p *planner) planLeaf(spec *leafSpec) (*leafState, error) {
 		p.tightenKeyMode(spec.kp.Key)
 	}
 	p.group(ops...)
+	p.renewed = append(p.renewed, spec.name)
 	return &leafState{certPEM: certPEM2, keyPEM: keyPEM, cert: cert}, nil
 }
 
@@ -95,13 +97,26 @@ func (p *planner) reissueReason(spec *leafSpec, cert *x509.Certificate, key cryp
 	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: p.now, KeyUsages: spec.usages}); err != nil {
 		return fmt.Sprintf("does not verify against the %s: %v", spec.ca.name, err)
 	}
-	if cert.NotAfter.Before(p.now.Add(renewBefore)) && cert.NotAfter.Before(spec.ca.cert.NotAfter) {
+	if dueForRenewal(cert, p.now) && cert.NotAfter.Before(spec.ca.cert.NotAfter) {
 		return "expires at " + cert.NotAfter.UTC().Format(timeFormat)
 	}
 	if d := specDiff(spec, cert); d != "" {
 		return d + " changed"
 	}
 	return ""
+}
+
+// dueForRenewal reports whether less than renewFraction of cert's life
+// (NotBefore to NotAfter) is left at now.
+func dueForRenewal(cert *x509.Certificate, now time.Time) bool {
+	return !now.Before(RenewalTime(cert))
+}
+
+// RenewalTime is when cert becomes due for renewal: once less than a third
+// of its life is left (about four months for a one-year leaf).
+func RenewalTime(cert *x509.Certificate) time.Time {
+	life := cert.NotAfter.Sub(cert.NotBefore)
+	return cert.NotAfter.Add(-time.Duration(float64(life) * renewFraction))
 }
 
 // specDiff names the first property of cert that differs from spec, or "".

@@ -12,9 +12,12 @@ import (
 )
 
 const (
-	caValidity    = 10 * 365 * 24 * time.Hour
-	leafValidity  = 365 * 24 * time.Hour
-	renewBefore   = 90 * 24 * time.Hour
+	caValidity   = 10 * 365 * 24 * time.Hour
+	leafValidity = 365 * 24 * time.Hour
+	renewBefore  = 90 * 24 * time.Hour // CAs: warn this long before expiry
+	// renewFraction: leaves are renewed once less than this part of their
+	// life is left, at start and while running.
+	renewFraction = 1.0 / 3
 	clockSkew     = 5 * time.Minute
 	timeFormat    = time.RFC3339
 	clockFloorMsg = "set the clock (NTP, or an RTC) and start again"
@@ -72,21 +75,21 @@ type leafSpec struct {
 	usages []x509.ExtKeyUsage
 }
 
-// mintLeaf signs a certificate for pub as described by spec. Its validity is
-// capped at the CA's NotAfter.
-func mintLeaf(spec *leafSpec, pub crypto.PublicKey, now time.Time) (*x509.Certificate, []byte, error) {
+// mintLeaf signs a certificate for pub as described by spec, valid for
+// validity from now. Its validity is capped at the CA's NotAfter.
+func mintLeaf(spec *leafSpec, pub crypto.PublicKey, now time.Time, validity time.Duration) (*x509.Certificate, []byte, error) {
 	serial, err := newSerial()
 	if err != nil {
 		return nil, nil, err
 	}
-	notAfter := now.Add(leafValidity)
+	notAfter := now.Add(validity)
 	if ca := spec.ca.cert; notAfter.After(ca.NotAfter) {
 		notAfter = ca.NotAfter
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: spec.cn, Organization: spec.orgs},
-		NotBefore:             now.Add(-clockSkew).UTC(),
+		NotBefore:             now.Add(-backdate(validity)).UTC(),
 		NotAfter:              notAfter.UTC(),
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:           spec.usages,
@@ -95,6 +98,13 @@ func mintLeaf(spec *leafSpec, pub crypto.PublicKey, now time.Time) (*x509.Certif
 		IPAddresses:           spec.ips,
 	}
 	return sign(tmpl, spec.ca.cert, pub, spec.ca.key)
+}
+
+// backdate is how far before now a leaf's NotBefore lies, to tolerate clock
+// skew: clockSkew, or a tenth of a short (test) validity, so that the backdated
+// part never dominates the certificate's life.
+func backdate(validity time.Duration) time.Duration {
+	return min(clockSkew, validity/10)
 }
 
 func sign(tmpl, parent *x509.Certificate, pub crypto.PublicKey, signer crypto.Signer) (*x509.Certificate, []byte, error) {

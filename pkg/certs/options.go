@@ -32,6 +32,13 @@ type Options struct {
 	AdminKubeconfigMode os.FileMode
 	// Now returns the current time; defaults to time.Now.
 	Now func() time.Time
+	// LeafValidity is the lifetime of newly issued leaf certificates; one
+	// year when zero. Tests shorten it (see LeafLifetimeEnv).
+	LeafValidity time.Duration
+	// EtcdPeerSANs adds AdvertiseAddress and ExtraSANs to the etcd server
+	// certificate, whose peers then reach it over the network (an embedded
+	// etcd cluster); otherwise etcd is loopback only.
+	EtcdPeerSANs bool
 }
 
 const (
@@ -73,6 +80,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.LeafValidity == 0 {
+		o.LeafValidity = leafValidity
+	}
+	if o.LeafValidity < minLeafValidity {
+		return o, fmt.Errorf("tls: leaf certificate lifetime %v is shorter than %v", o.LeafValidity, minLeafValidity)
 	}
 	if o.ServiceCIDR != nil {
 		if _, err := firstIP(o.ServiceCIDR); err != nil {
@@ -222,5 +235,14 @@ func (o Options) etcdServerSANs() sanSet {
 	s.addIP(net.IPv4(127, 0, 0, 1))
 	s.addIP(net.IPv6loopback)
 	s.add(o.Hostname)
+	if !o.EtcdPeerSANs {
+		return s
+	}
+	if o.AdvertiseAddress != nil {
+		s.addIP(o.AdvertiseAddress)
+	}
+	for _, san := range o.ExtraSANs {
+		s.add(san)
+	}
 	return s
 }

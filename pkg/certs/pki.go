@@ -87,9 +87,11 @@ func newPKI(o Options) *PKI {
 
 // planner accumulates the file operations of one Ensure run.
 type planner struct {
-	now    time.Time
-	log    klog.Logger
-	groups [][]fileOp
+	now          time.Time
+	leafValidity time.Duration
+	log          klog.Logger
+	groups       [][]fileOp
+	renewed      []string // names of the leaves (re-)issued
 }
 
 // group queues ops that belong together (for example a CA's cert and key).
@@ -109,9 +111,15 @@ func (p *planner) tightenKeyMode(path string) {
 // Ensure creates or reuses every file of the PKI and the component
 // kubeconfigs and returns their paths. It is safe to call on each start.
 func Ensure(ctx context.Context, o Options) (*PKI, error) {
+	pki, _, err := ensure(ctx, o)
+	return pki, err
+}
+
+// ensure is Ensure that also names the leaf certificates it (re-)issued.
+func ensure(ctx context.Context, o Options) (*PKI, []string, error) {
 	o, err := o.withDefaults()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	log := klog.FromContext(ctx).WithName("certs")
 	if o.Hostname != "" {
@@ -122,29 +130,29 @@ func Ensure(ctx context.Context, o Options) (*PKI, error) {
 	pki := newPKI(o)
 	for _, d := range []string{o.Dir, filepath.Dir(pki.EtcdCA.Cert)} {
 		if err := ensureDir(d, true); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if err := ensureDir(o.KubeconfigDir, false); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
-	p := &planner{now: o.Now(), log: log}
+	p := &planner{now: o.Now(), leafValidity: o.LeafValidity, log: log}
 	var serverCA, clientCA, frontProxyCA, etcdCA *caState
 	if serverCA, err = p.planCA("cluster CA", "edgeplane-server-ca", pki.ServerCA); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if clientCA, err = p.planCA("client CA", "edgeplane-client-ca", pki.ClientCA); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if frontProxyCA, err = p.planCA("front-proxy CA", "edgeplane-front-proxy-ca", pki.FrontProxyCA); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if etcdCA, err = p.planCA("etcd CA", "edgeplane-etcd-ca", pki.EtcdCA); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := p.planServiceAccountKey(pki.ServiceAccountKey, pki.ServiceAccountPub); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	serverAuth := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
@@ -170,7 +178,7 @@ func Ensure(ctx context.Context, o Options) (*PKI, error) {
 	states := map[*leafSpec]*leafState{}
 	for _, l := range leaves {
 		if states[l], err = p.planLeaf(l); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 
@@ -184,24 +192,30 @@ func Ensure(ctx context.Context, o Options) (*PKI, error) {
 		{pki.ControllerManagerKubeconfig, cm, keyMode},
 		{pki.SchedulerKubeconfig, sched, keyMode},
 	} {
-		st := states[k.spec]
-		data, err := renderKubeconfig(server, serverCA.certPEM, st.certPEM, st.keyPEM, k.spec.cn)
+		var data []byte
+		if k.spec == admin {
+			// Users copy the admin kubeconfig elsewhere: self-contained.
+			st := states[k.spec]
+			data, err = renderKubeconfig(server, serverCA.certPEM, st.certPEM, st.keyPEM, k.spec.cn)
+		} else {
+			data, err = renderFileKubeconfig(server, pki.ServerCA.Cert, k.spec.kp.Cert, k.spec.kp.Key, k.spec.cn)
+		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		ops, err := kubeconfigOps(k.path, data, k.mode)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		p.group(ops...)
 	}
 
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, g := range p.groups {
 		if err := applyGroup(g); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, op := range g {
 			log.V(2).Info("Updated file", "path", op.path, "reason", op.why)
@@ -209,5 +223,5 @@ func Ensure(ctx context.Context, o Options) (*PKI, error) {
 	}
 	sum := sha256.Sum256(serverCA.cert.RawSubjectPublicKeyInfo)
 	pki.ServingCAFingerprint = "sha256:" + hex.EncodeToString(sum[:])
-	return pki, nil
+	return pki, p.renewed, nil
 }

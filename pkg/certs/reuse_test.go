@@ -69,7 +69,7 @@ func TestEnsureReissues(t *testing.T) {
 	}, {
 		name:   "leaf cert missing",
 		mutate: func(t *testing.T, _ *Options, p *PKI) { remove(t, p.Scheduler.Cert) },
-		want:   []string{"tls/scheduler.crt", "scheduler.kubeconfig"},
+		want:   []string{"tls/scheduler.crt"},
 	}, {
 		name:   "kubeconfig missing",
 		mutate: func(t *testing.T, _ *Options, p *PKI) { remove(t, p.ControllerManagerKubeconfig) },
@@ -104,7 +104,8 @@ func TestEnsureReissues(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		want: []string{"tls/controller-manager.crt", "controller-manager.kubeconfig"},
+		// The component kubeconfigs point at the files and stay as they are.
+		want: []string{"tls/controller-manager.crt"},
 	}, {
 		name: "CA and its leaves removed",
 		mutate: func(t *testing.T, _ *Options, p *PKI) {
@@ -173,7 +174,7 @@ func TestEnsureRenewsLeaves(t *testing.T) {
 		verifyAt time.Duration
 	}{
 		{"200 days later: still valid long enough", 200 * 24 * time.Hour, false, 0},
-		{"300 days later: within 90 days of expiry", 300 * 24 * time.Hour, true, 600 * 24 * time.Hour},
+		{"300 days later: less than a third of its life left", 300 * 24 * time.Hour, true, 600 * 24 * time.Hour},
 		{"two years later: expired", 2 * 365 * 24 * time.Hour, true, 2*365*24*time.Hour + time.Hour},
 	}
 	for _, tc := range tests {
@@ -187,7 +188,7 @@ func TestEnsureRenewsLeaves(t *testing.T) {
 			after := snapshot(t, dataDir(o))
 			var want []string
 			if tc.renewed {
-				want = []string{"admin.kubeconfig", "controller-manager.kubeconfig", "scheduler.kubeconfig"}
+				want = []string{"admin.kubeconfig"}
 				for _, n := range []string{"apiserver", "apiserver-kubelet-client", "front-proxy-client", "admin",
 					"controller-manager", "scheduler", "etcd/server", "etcd/client"} {
 					want = append(want, "tls/"+n+".crt")

@@ -53,6 +53,9 @@ type Config struct {
 	SharedDatastore bool
 	// Day2 holds secrets encryption and audit logging (optional).
 	Day2 Day2
+	// CompactionInterval is how often the API server compacts the datastore
+	// (0 turns compaction off).
+	CompactionInterval time.Duration
 	// InformerResync is the loopback informers' resync period (default 12h).
 	InformerResync time.Duration
 	// ShutdownWatchGrace bounds how long watches may take to drain on Stop (default 2s).

@@ -36,6 +36,7 @@ func buildOptions(c *Config, authnConfigFile string) (*options.ServerRunOptions,
 
 	// Storage: etcd3 protocol to the datastore (kine on a unix socket, or etcd over TLS).
 	s.Etcd.StorageConfig.Transport.ServerList = c.Storage.Endpoints
+	s.Etcd.StorageConfig.CompactionInterval = c.CompactionInterval
 	s.Etcd.StorageConfig.Transport.TrustedCAFile = c.Storage.CAFile
 	s.Etcd.StorageConfig.Transport.CertFile = c.Storage.CertFile
 	s.Etcd.StorageConfig.Transport.KeyFile = c.Storage.KeyFile

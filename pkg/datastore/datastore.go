@@ -42,10 +42,23 @@ type Options struct {
 
 	// etcd TLS from our PKI, provided by the caller.
 	EtcdCAFile, EtcdServerCertFile, EtcdServerKeyFile, EtcdClientCertFile, EtcdClientKeyFile string
+
+	// Endpoint, when set, overrides Type: an external etcd, PostgreSQL
+	// through kine, or an explicit SQLite path (see external.go), with the
+	// TLS files of an external etcd.
+	Endpoint                                          string
+	EndpointCAFile, EndpointCertFile, EndpointKeyFile string
+
+	// Cluster, with Type etcd, makes the embedded etcd a member of a
+	// cluster of servers (etcdcluster.go).
+	Cluster *EtcdCluster
 }
 
 // Validate reports every problem with o at once.
 func (o *Options) Validate() []error {
+	if o.Endpoint != "" {
+		return o.validateEndpoint()
+	}
 	var errs []error
 	typ := o.Type
 	if typ == "" {
@@ -58,6 +71,9 @@ func (o *Options) Validate() []error {
 			errs = append(errs, fmt.Errorf("--data-dir %q: the characters ?, # and %% are not supported with the sqlite datastore", o.DataDir))
 		}
 	case TypeEtcd:
+		if o.Cluster != nil {
+			errs = append(errs, o.Cluster.Validate()...)
+		}
 		for _, f := range []struct{ flag, value string }{
 			{"etcd CA certificate", o.EtcdCAFile},
 			{"etcd server certificate", o.EtcdServerCertFile},
@@ -93,6 +109,9 @@ func New(o Options) (Datastore, error) {
 		return nil, fmt.Errorf("datastore: resolving data dir: %w", err)
 	}
 	dbDir := filepath.Join(dataDir, "db")
+	if o.Endpoint != "" {
+		return newExternal(o, dbDir)
+	}
 	if o.Type == TypeEtcd {
 		return newEtcd(o, dbDir), nil
 	}

@@ -77,6 +77,11 @@ func (s *etcdStore) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if s.opts.Cluster != nil {
+			if err = s.applyCluster(ctx, cfg, klog.FromContext(ctx).WithName("etcd")); err != nil {
+				return err
+			}
+		}
 		e, err = embed.StartEtcd(cfg)
 		if err == nil || !isAddrInUse(err) {
 			break
@@ -171,7 +176,7 @@ func (s *etcdStore) Ready(ctx context.Context) error {
 	}
 	select {
 	case <-run.e.Server.ReadyNotify():
-		return nil
+		return s.promote(ctx, run.e) // a new member of an etcd cluster (etcdcluster.go)
 	case <-run.failed:
 		return run.failErr
 	case <-run.e.Server.StopNotify():

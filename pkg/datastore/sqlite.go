@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/k3s-io/kine/pkg/endpoint"
+	"github.com/k3s-io/kine/pkg/drivers"
 	"k8s.io/klog/v2"
 )
 
@@ -31,6 +31,9 @@ const (
 // kineStore runs kine on SQLite, serving etcd3 gRPC on a unix socket.
 type kineStore struct {
 	dbDir, dbPath, sockPath string
+	// dsn, when set, is a kine DSN other than SQLite (postgres://...),
+	// served instead of dbPath.
+	dsn string
 
 	mu  sync.Mutex
 	run *kineRun // nil when stopped
@@ -56,14 +59,19 @@ func newKine(dbDir string) (*kineStore, error) {
 	return s, nil
 }
 
-func (s *kineStore) Name() string { return TypeSQLite }
+func (s *kineStore) Name() string {
+	if s.dsn != "" {
+		return TypePostgres
+	}
+	return TypeSQLite
+}
 
 func (s *kineStore) Client() ClientConfig {
 	return ClientConfig{Endpoints: []string{"unix://" + s.sockPath}}
 }
 
 func (s *kineStore) Start(ctx context.Context) error {
-	lg := klog.FromContext(ctx).WithValues("datastore", TypeSQLite)
+	lg := klog.FromContext(ctx).WithValues("datastore", s.Name())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.run != nil {
@@ -76,29 +84,33 @@ func (s *kineStore) Start(ctx context.Context) error {
 	if err := removeStaleSocket(s.sockPath); err != nil {
 		return err
 	}
-	if err := checkSQLite(ctx, s.dbPath); err != nil {
+	endpoint := "sqlite://" + s.dbPath + "?" + sqliteParams
+	if s.dsn != "" {
+		endpoint = s.dsn
+	} else if err := checkSQLite(ctx, s.dbPath); err != nil {
 		return err
 	}
 
 	routeLogrus(klog.FromContext(ctx).WithName("kine"))
 	wg := &sync.WaitGroup{}
-	cfg := endpoint.Config{
-		WaitGroup: wg,
-		Listener:  "unix://" + s.sockPath,
-		Endpoint:  "sqlite://" + s.dbPath + "?" + sqliteParams,
-		// kine's own CLI defaults; its zero values are refused.
-		NotifyInterval:      5 * time.Second,
-		EmulatedETCDVersion: "3.6.11",
-		CompactTimeout:      5 * time.Second,
-		CompactMinRetain:    1000,
-		CompactBatchSize:    1000,
-		PollBatchSize:       500,
-		PollInterval:        time.Second,
-		// The apiserver (>= 1.34) compacts through the etcd API itself.
-		CompactInterval: 0,
-		// nil: kine registers no metrics, so nothing collides with the
-		// apiserver's legacyregistry.
-		MetricsRegisterer: nil,
+	cfg := kineServeConfig{
+		SocketPath: s.sockPath,
+		Driver: drivers.Config{
+			Endpoint: endpoint,
+			// kine's own CLI defaults; its zero values are refused.
+			CompactTimeout:   5 * time.Second,
+			CompactMinRetain: 1000,
+			CompactBatchSize: 1000,
+			PollBatchSize:    500,
+			PollInterval:     time.Second,
+			// The apiserver (>= 1.34) compacts through the etcd API itself.
+			CompactInterval: 0,
+			// nil: kine registers no metrics, so nothing collides with the
+			// apiserver's legacyregistry.
+			MetricsRegisterer: nil,
+		},
+		NotifyInterval: 5 * time.Second,
+		ETCDVersion:    "3.6.11",
 	}
 
 	// kine gets its own context, cancelled only by Stop: the datastore
@@ -107,7 +119,7 @@ func (s *kineStore) Start(ctx context.Context) error {
 	run := &kineRun{cancel: cancel, listened: make(chan struct{}), done: make(chan struct{})}
 	s.run = run
 	go func() {
-		_, err := endpoint.Listen(kctx, cfg)
+		err := serveKine(kctx, wg, cfg)
 		if err != nil {
 			err = fmt.Errorf("datastore: starting kine on %s: %w", s.dbPath, err)
 			lg.Error(err, "Kine failed to start")
@@ -115,14 +127,18 @@ func (s *kineStore) Start(ctx context.Context) error {
 		}
 		run.listenErr = err
 		close(run.listened)
-		// All wg.Add calls happen inside Listen or while the counter is
-		// non-zero, so waiting here is safe. On cancel kine stops gRPC
-		// (graceful, up to 2s), then its backend, then closes the database.
+		// All wg.Add calls happen inside serveKine or while the counter is
+		// non-zero, so waiting here is safe. On cancel the gRPC server stops
+		// (graceful, up to 2s), then the backend, which closes the database.
 		wg.Wait()
 		close(run.done)
 		lg.V(vInfo).Info("Kine stopped")
 	}()
-	lg.Info("Starting kine", "database", s.dbPath, "socket", s.sockPath)
+	if s.dsn != "" {
+		lg.Info("Starting kine", "database", redact(s.dsn), "socket", s.sockPath)
+	} else {
+		lg.Info("Starting kine", "database", s.dbPath, "socket", s.sockPath)
+	}
 	return nil
 }
 

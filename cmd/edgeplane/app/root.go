@@ -18,6 +18,9 @@ import (
 // -ldflags "-X github.com/edgeplane/edgeplane/cmd/edgeplane/app.Version=...".
 var Version = "dev"
 
+// Commit is the git commit edgeplane was built from, stamped like Version.
+var Commit = "unknown"
+
 // Main runs the command line and returns the process exit code.
 func Main(args []string) int {
 	cmd := NewRootCommand(os.Stdout, os.Stderr)
@@ -40,7 +43,9 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	addKlogFlags(root.PersistentFlags())
-	root.AddCommand(newServerCommand(), newVersionCommand())
+	root.AddCommand(newServerCommand(), newVersionCommand(), newKubectlCommand(), newCheckCommand())
+	root.AddCommand(newCertsCommand(), newSnapshotCommand(), newSecretsEncryptCommand())
+	root.AddCommand(newTokenCommand(), newEtcdCommand())
 	return root
 }
 
@@ -61,8 +66,8 @@ func newVersionCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
 			k := version.Get()
-			fmt.Fprintf(cmd.OutOrStdout(), "edgeplane %s\nkubernetes %s\ngo %s %s/%s\n",
-				Version, k.GitVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintf(cmd.OutOrStdout(), "edgeplane %s\ncommit %s\nkubernetes %s\ngo %s %s/%s\n",
+				Version, Commit, k.GitVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		},
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/edgeplane/edgeplane/pkg/bootstrap"
+	"github.com/edgeplane/edgeplane/pkg/sdnotify"
 )
 
 func newServerCommand() *cobra.Command {
@@ -22,6 +23,13 @@ func newServerCommand() *cobra.Command {
 		Short: "Run the control plane: API server chain, datastore and certificates",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			files, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			if len(files) > 0 {
+				klog.InfoS("Read config", "files", files)
+			}
 			completed, err := o.Complete()
 			if err != nil {
 				return err
@@ -31,10 +39,12 @@ func newServerCommand() *cobra.Command {
 			}
 			ctx := signalContext(cmd.Context())
 			ctx = klog.NewContext(ctx, klog.Background().WithName("edgeplane"))
+			ctx = sdnotify.NewContext(ctx, sdnotify.TakeFromEnvironment())
 			return bootstrap.Run(ctx, completed)
 		},
 	}
 	o.AddFlags(cmd.Flags())
+	addConfigFlag(cmd.Flags())
 	return cmd
 }
 

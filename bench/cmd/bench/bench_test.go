@@ -1,0 +1,130 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseSmapsRollup(t *testing.T) {
+	in := `55d0c0000000-7ffd5a3fe000 ---p 00000000 00:00 0                          [rollup]
+Rss:              354560 kB
+Pss:              259072 kB
+Pss_Dirty:        220000 kB
+Pss_Anon:         219904 kB
+Pss_File:          39168 kB
+Pss_Shmem:             0 kB
+Shared_Clean:     134000 kB
+`
+	m, err := parseSmapsRollup(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := memory{RSS: 354560 << 10, PSS: 259072 << 10, PSSAnon: 219904 << 10, PSSFile: 39168 << 10}
+	if m != want {
+		t.Errorf("got %+v, want %+v", m, want)
+	}
+	if _, err := parseSmapsRollup(strings.NewReader("nothing\n")); err == nil {
+		t.Error("no error without an Rss line")
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var d []time.Duration
+		for _, x := range v {
+			d = append(d, time.Duration(x)*time.Millisecond)
+		}
+		return d
+	}
+	for _, tc := range []struct {
+		name string
+		in   []time.Duration
+		p    float64
+		want time.Duration
+	}{
+		{"empty", nil, 50, 0},
+		{"one", ms(7), 99, 7 * time.Millisecond},
+		{"median odd", ms(5, 1, 3), 50, 3 * time.Millisecond},
+		{"p99 of 100", ms(func() []int {
+			var v []int
+			for i := 1; i <= 100; i++ {
+				v = append(v, i)
+			}
+			return v
+		}()...), 99, 99 * time.Millisecond},
+		{"p100", ms(1, 2, 3), 100, 3 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := percentile(tc.in, tc.p); got != tc.want {
+				t.Errorf("percentile(%v, %v) = %v, want %v", tc.in, tc.p, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseTimeline(t *testing.T) {
+	log := `I1130 06:37:52.667342    3125 component.go:64] "Start-up phase done" logger="edgeplane" phase="certs" duration="119ms"
+I1130 06:37:52.667960    3125 sqlite.go:125] "Starting kine" logger="edgeplane"
+I1130 06:37:56.491908    3125 component.go:64] "Start-up phase done" logger="edgeplane" phase="apiserver" duration="3.786s"
+`
+	p := filepath.Join(t.TempDir(), "log")
+	if err := os.WriteFile(p, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := parseTimeline(p)
+	want := []phase{{"certs", "119ms"}, {"apiserver", "3.786s"}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestLineWatcher(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lw := &lineWatcher{w: f}
+	lw.watchFor(readyLine)
+	for _, chunk := range []string{"first line\nedgeplane re", "ady in 3.1 s\n", "later\n"} {
+		if _, err := lw.Write([]byte(chunk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := lw.seenAt(readyLine); !ok {
+		t.Error("a line split across writes was not seen")
+	}
+	if _, ok := lw.seenAt("missing"); ok {
+		t.Error("an unwatched string was seen")
+	}
+}
+
+func TestParseFlagsShort(t *testing.T) {
+	o, err := parseFlags([]string{"-short", "-idle", "2m", "-configs", "upstream-etcd,edgeplane-sqlite"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.idle != 2*time.Minute || o.repeat != 1 || o.creates != 500 || len(o.configs) != 2 {
+		t.Errorf("short defaults or overrides wrong: %+v", o)
+	}
+	if _, err := parseFlags([]string{"-configs", "nope"}); err == nil {
+		t.Error("an unknown configuration was accepted")
+	}
+}
+
+func TestTableRatios(t *testing.T) {
+	rep := &report{Baseline: "upstream-etcd", Options: reportOptions{Settle: time.Minute, Creates: 10, Clients: 2, Idle: time.Minute}}
+	rep.Results = []*configResult{
+		{Name: "upstream-etcd", Binaries: []binary{{}, {}}, BinaryBytes: 100e6, Cold: []startSample{{Ready: 4 * time.Second}}},
+		{Name: "edgeplane-sqlite", Binaries: []binary{{}}, BinaryBytes: 50e6, Cold: []startSample{{Ready: 3 * time.Second}}},
+	}
+	tab := rep.table()
+	for _, want := range []string{"| 100.0 | 50.0 (0.50×) |", "| 4.00 | 3.00 (0.75×) |"} {
+		if !strings.Contains(tab, want) {
+			t.Errorf("table lacks %q:\n%s", want, tab)
+		}
+	}
+}

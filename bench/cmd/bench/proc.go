@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is one child process of a configuration, its output in a log file.
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	out     *lineWatcher
+	done    chan struct{} // closed when the process has exited
+	err     error         // exit status, valid after done
+}
+
+// startProc starts bin with args; stdout and stderr go to logPath.
+func startProc(name, bin string, args []string, env []string, logPath string) (*proc, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	lw := &lineWatcher{w: f}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout = lw
+	cmd.Stderr = lw
+	// Children die with the benchmark.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, logPath: logPath, out: lw, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM and waits up to timeout, then kills.
+func (p *proc) stop(timeout time.Duration) error {
+	if p.exited() {
+		return nil
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(timeout):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("%s did not stop within %s; killed", p.name, timeout)
+	}
+}
+
+// tail returns the last n lines of the process's log.
+func (p *proc) tail(n int) string {
+	b, _ := os.ReadFile(p.logPath)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// lineWatcher copies output to w and records when a line containing a
+// watched substring was first written.
+type lineWatcher struct {
+	w       *os.File
+	mu      sync.Mutex
+	partial []byte
+	watch   []string
+	seen    map[string]time.Time
+}
+
+func (l *lineWatcher) Write(b []byte) (int, error) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.watch) > 0 {
+		l.partial = append(l.partial, b...)
+		for {
+			i := bytes.IndexByte(l.partial, '\n')
+			if i < 0 {
+				break
+			}
+			line := l.partial[:i]
+			for _, s := range l.watch {
+				if _, ok := l.seen[s]; !ok && bytes.Contains(line, []byte(s)) {
+					l.seen[s] = now
+				}
+			}
+			l.partial = l.partial[i+1:]
+		}
+	}
+	return l.w.Write(b)
+}
+
+// watchFor makes the watcher record the first line containing s.
+func (l *lineWatcher) watchFor(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = map[string]time.Time{}
+	}
+	l.watch = append(l.watch, s)
+}
+
+func (l *lineWatcher) seenAt(s string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.seen[s]
+	return t, ok
+}
+
+// memory is a process's (or a sum of processes') memory from smaps_rollup, in bytes.
+type memory struct {
+	RSS, PSS, PSSAnon, PSSFile int64
+}
+
+func (m memory) add(o memory) memory {
+	return memory{m.RSS + o.RSS, m.PSS + o.PSS, m.PSSAnon + o.PSSAnon, m.PSSFile + o.PSSFile}
+}
+
+func readMemory(pid int) (memory, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return memory{}, err
+	}
+	defer f.Close()
+	return parseSmapsRollup(f)
+}
+
+func parseSmapsRollup(f interface{ Read([]byte) (int, error) }) (memory, error) {
+	var m memory
+	found := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 3 || fields[2] != "kB" {
+			continue
+		}
+		kb, err := strconv.ParseInt(fields[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch fields[0] {
+		case "Rss:":
+			m.RSS, found = kb*1024, true
+		case "Pss:":
+			m.PSS = kb * 1024
+		case "Pss_Anon:":
+			m.PSSAnon = kb * 1024
+		case "Pss_File:":
+			m.PSSFile = kb * 1024
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return m, err
+	}
+	if !found {
+		return m, errors.New("no Rss in smaps_rollup")
+	}
+	return m, nil
+}
+
+// ioCounters are a process's /proc/<pid>/io counters and CPU time.
+type ioCounters struct {
+	WriteBytes, CancelledWriteBytes, WChar int64
+	CPU                                    time.Duration // utime+stime
+}
+
+func (c ioCounters) sub(o ioCounters) ioCounters {
+	return ioCounters{c.WriteBytes - o.WriteBytes, c.CancelledWriteBytes - o.CancelledWriteBytes, c.WChar - o.WChar, c.CPU - o.CPU}
+}
+
+func (c ioCounters) add(o ioCounters) ioCounters {
+	return ioCounters{c.WriteBytes + o.WriteBytes, c.CancelledWriteBytes + o.CancelledWriteBytes, c.WChar + o.WChar, c.CPU + o.CPU}
+}
+
+func readIO(pid int) (ioCounters, error) {
+	var c ioCounters
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return c, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "write_bytes":
+			c.WriteBytes = n
+		case "cancelled_write_bytes":
+			c.CancelledWriteBytes = n
+		case "wchar":
+			c.WChar = n
+		}
+	}
+	c.CPU, err = readCPU(pid)
+	return c, err
+}
+
+// clockTick is USER_HZ, 100 on every Linux architecture Go supports.
+const clockTick = 100
+
+func readCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, errors.New("short stat")
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(ut+st) * time.Second / clockTick, nil
+}
+
+// dirSize is the disk space used by the files under dir.
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() {
+			n += st.Blocks * 512
+		}
+		return nil
+	})
+	return n
+}
+
+// loadAvg is the 1-minute load average.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}

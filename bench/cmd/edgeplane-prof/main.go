@@ -1,0 +1,73 @@
+// Command edgeplane-prof is edgeplane with runtime profiling for the
+// benchmark's investigations; the real server has profiling off. It runs
+// app.Main with the same arguments and, when asked through the environment,
+// writes profiles to EDGEPLANE_PROF_DIR:
+//
+//	EDGEPLANE_PROF_CPU=5s       CPU profile of the first 5 s (cpu.pprof)
+//	EDGEPLANE_PROF_HEAP=60s,10m heap and goroutine profiles that long after start
+//	                            (heap-60s.pprof, goroutine-60s.pprof, ...), each with the
+//	                            runtime's memory statistics (memstats-60s.txt)
+//	EDGEPLANE_FREE_AFTER=10s    an experiment: debug.FreeOSMemory() that long after start
+//
+// Built by hand, not by make bench:
+//
+//	go build -ldflags "$(hack/ldflags.sh)" -o bench/bin/edgeplane-prof ./bench/cmd/edgeplane-prof
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/edgeplane/edgeplane/cmd/edgeplane/app"
+)
+
+func main() {
+	dir := os.Getenv("EDGEPLANE_PROF_DIR")
+	if dir == "" {
+		dir = "."
+	}
+	if d, err := time.ParseDuration(os.Getenv("EDGEPLANE_PROF_CPU")); err == nil {
+		f, err := os.Create(filepath.Join(dir, "cpu.pprof"))
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			time.AfterFunc(d, func() { pprof.StopCPUProfile(); f.Close() })
+		}
+	}
+	for _, s := range strings.Split(os.Getenv("EDGEPLANE_PROF_HEAP"), ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil {
+			continue
+		}
+		time.AfterFunc(d, func() { writeHeap(dir, s) })
+	}
+	if d, err := time.ParseDuration(os.Getenv("EDGEPLANE_FREE_AFTER")); err == nil {
+		time.AfterFunc(d, debug.FreeOSMemory)
+	}
+	os.Exit(app.Main(os.Args[1:]))
+}
+
+func writeHeap(dir, name string) {
+	runtime.GC()
+	if f, err := os.Create(filepath.Join(dir, "heap-"+name+".pprof")); err == nil {
+		_ = pprof.WriteHeapProfile(f)
+		f.Close()
+	}
+	if f, err := os.Create(filepath.Join(dir, "goroutine-"+name+".pprof")); err == nil {
+		_ = pprof.Lookup("goroutine").WriteTo(f, 0)
+		f.Close()
+	}
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	const mib = 1 << 20
+	stats := fmt.Sprintf("HeapAlloc %.1f MiB\nHeapInuse %.1f MiB\nHeapIdle %.1f MiB\nHeapReleased %.1f MiB\nHeapSys %.1f MiB\n"+
+		"StackInuse %.1f MiB\nMSpanInuse %.1f MiB\nGCSys %.1f MiB\nOtherSys %.1f MiB\nSys %.1f MiB\nNumGC %d\nGoroutines %d\n",
+		float64(m.HeapAlloc)/mib, float64(m.HeapInuse)/mib, float64(m.HeapIdle)/mib, float64(m.HeapReleased)/mib, float64(m.HeapSys)/mib,
+		float64(m.StackInuse)/mib, float64(m.MSpanInuse)/mib, float64(m.GCSys)/mib, float64(m.OtherSys)/mib, float64(m.Sys)/mib,
+		m.NumGC, runtime.NumGoroutine())
+	_ = os.WriteFile(filepath.Join(dir, "memstats-"+name+".txt"), []byte(stats), 0o644)
+}

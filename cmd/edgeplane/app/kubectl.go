@@ -1,0 +1,104 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/component-base/cli"
+	"k8s.io/component-base/logs"
+	kubectlcmd "k8s.io/kubectl/pkg/cmd"
+	"k8s.io/kubectl/pkg/cmd/plugin"
+	cmdutil "k8s.io/kubectl/pkg/cmd/util"
+
+	"github.com/edgeplane/edgeplane/pkg/bootstrap"
+	"github.com/edgeplane/edgeplane/pkg/config"
+)
+
+// dataDirEnv names the data dir whose admin kubeconfig `edgeplane kubectl`
+// uses when neither KUBECONFIG nor --kubeconfig says otherwise.
+const dataDirEnv = "EDGEPLANE_DATA_DIR"
+
+// newKubectlCommand wraps the upstream kubectl. Cobra does not parse its
+// flags: every argument goes to kubectl unchanged.
+func newKubectlCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:                "kubectl [kubectl arguments]",
+		Short:              "Run the built-in kubectl (default kubeconfig: <data-dir>/admin.kubeconfig)",
+		DisableFlagParsing: true,
+		RunE: func(_ *cobra.Command, args []string) error {
+			os.Exit(Kubectl(args))
+			return nil
+		},
+	}
+}
+
+// Kubectl runs the upstream kubectl with args (without the program name) and
+// returns its exit code; kubectl itself exits early on most errors, with its
+// own codes. It runs for `edgeplane kubectl` and when the binary is invoked
+// through a link named kubectl.
+func Kubectl(args []string) int {
+	_, _ = logs.GlogSetter(kubectlcmd.GetLogVerbosity(append([]string{"kubectl"}, args...)))
+	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+	flags := genericclioptions.NewConfigFlags(true).
+		WithDeprecatedPasswordFlag().
+		WithDiscoveryBurst(300).
+		WithDiscoveryQPS(50.0).
+		WithWarningPrinter(streams)
+	if path := defaultKubeconfig(os.Getenv, configuredDataDir); path != "" {
+		// The flag default: --kubeconfig on the command line still wins.
+		*flags.KubeConfig = path
+	}
+	cmd := kubectlcmd.NewDefaultKubectlCommandWithArgs(kubectlcmd.KubectlOptions{
+		PluginHandler: kubectlcmd.NewDefaultPluginHandler(plugin.ValidPluginFilenamePrefixes),
+		Arguments:     append([]string{"kubectl"}, args...),
+		ConfigFlags:   flags,
+		IOStreams:     streams,
+	})
+	cmd.SetArgs(args)
+	if err := cli.RunNoErrOutput(cmd); err != nil {
+		cmdutil.CheckErr(err) // prints as kubectl does and exits
+		return 1
+	}
+	return 0
+}
+
+// defaultKubeconfig returns <data-dir>/admin.kubeconfig when KUBECONFIG is
+// unset and that file is readable, else "" (kubectl's own defaults apply).
+// The data dir is $EDGEPLANE_DATA_DIR, else the server's (see configuredDataDir).
+func defaultKubeconfig(getenv func(string) string, defaultDataDir func() string) string {
+	if getenv("KUBECONFIG") != "" {
+		return ""
+	}
+	dir := getenv(dataDirEnv)
+	if dir == "" {
+		dir = defaultDataDir()
+	}
+	path := filepath.Join(dir, bootstrap.AdminKubeconfigName)
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	_ = f.Close()
+	return path
+}
+
+// configuredDataDir is the data dir `edgeplane server` would use without
+// flags: data-dir from the default config file and drop-ins when they set
+// it, else the default for this user.
+func configuredDataDir() string {
+	o := bootstrap.NewOptions()
+	fs := pflag.NewFlagSet("server", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	// The root's klog flags, as stand-ins: kubectl has its own -v.
+	fs.Int("v", 0, "")
+	fs.String("vmodule", "", "")
+	files, err := config.Files(config.DefaultPath, false)
+	if err != nil || config.Load(fs, files) != nil {
+		return bootstrap.DefaultDataDir()
+	}
+	return o.DataDir
+}

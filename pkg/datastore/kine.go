@@ -1,0 +1,129 @@
+package datastore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/k3s-io/kine/pkg/drivers"
+	"github.com/k3s-io/kine/pkg/server"
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/server/v3/embed"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	// The kine drivers edgeplane ships; each registers its DSN schemes with
+	// kine's driver registry when imported. sqlite:// is the default
+	// datastore; postgres:// is kept for an external datastore.
+	//
+	// kine's pkg/endpoint is deliberately not imported: it blank-imports every
+	// kine driver (mysql, nats with an embedded NATS server, t4 with pebble and
+	// an S3 client, ...) and so links them all into the binary; see
+	// docs/PERFORMANCE.md for what that cost.
+	_ "github.com/k3s-io/kine/pkg/drivers/pgsql"
+	_ "github.com/k3s-io/kine/pkg/drivers/sqlite"
+)
+
+const (
+	// kineGracefulStop bounds the graceful stop of kine's gRPC server, as
+	// kine's own endpoint does.
+	kineGracefulStop = 2 * time.Second
+	// grpcOverheadBytes is the room kine leaves above etcd's request limit.
+	grpcOverheadBytes = 512 * 1024
+)
+
+// kineServeConfig configures serveKine.
+type kineServeConfig struct {
+	Driver         drivers.Config // Endpoint ("sqlite://...", "postgres://...") and tuning
+	SocketPath     string         // unix socket to serve etcd3 gRPC on (created 0600)
+	NotifyInterval time.Duration  // watch progress notifications
+	ETCDVersion    string         // etcd version kine reports (the apiserver checks it)
+}
+
+// serveKine starts kine's etcd3 gRPC bridge over the driver for
+// cfg.Driver.Endpoint and serves it on cfg.SocketPath, doing for one
+// datastore what kine's endpoint.Listen does. It returns once the socket
+// listens. Every goroutine it starts is counted in wg: when ctx is cancelled
+// the gRPC server stops (gracefully, for up to two seconds), then the driver,
+// which closes the database; wg then reaches zero. On error nothing is left
+// running once wg reaches zero.
+func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (rerr error) {
+	// The backend outlives ctx: it stops only after the gRPC server has.
+	bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if rerr != nil {
+			bcancel()
+		}
+	}()
+
+	dcfg := cfg.Driver
+	_, backend, err := drivers.New(bctx, wg, &dcfg)
+	if err != nil {
+		// Like kine, keep the endpoint (it may carry credentials) out of the error.
+		return fmt.Errorf("creating kine driver: %w", err)
+	}
+	if backend == nil {
+		return errors.New("kine driver has no local backend")
+	}
+	if err := backend.Start(bctx); err != nil {
+		return fmt.Errorf("starting kine backend: %w", err)
+	}
+
+	// Upstream etcd's gRPC limits and keepalives, as kine sets them.
+	gs := grpc.NewServer(
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             embed.DefaultGRPCKeepAliveMinTime,
+			PermitWithoutStream: false,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:    embed.DefaultGRPCKeepAliveInterval,
+			Timeout: embed.DefaultGRPCKeepAliveTimeout,
+		}),
+		grpc.MaxConcurrentStreams(embed.DefaultMaxConcurrentStreams),
+		grpc.MaxRecvMsgSize(int(embed.DefaultMaxRequestBytes)+grpcOverheadBytes),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+	)
+	server.New(backend, "unix", cfg.NotifyInterval, cfg.ETCDVersion).Register(gs)
+
+	lis, err := listenUnix(ctx, cfg.SocketPath)
+	if err != nil {
+		return err
+	}
+
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := gs.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			logrus.Errorf("Kine gRPC server exited: %v", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		timer := time.AfterFunc(kineGracefulStop, gs.Stop)
+		gs.GracefulStop()
+		timer.Stop()
+		bcancel()
+	}()
+	return nil
+}
+
+// listenUnix listens on a unix socket at path, readable by the owner only.
+// The caller has removed a stale socket file.
+func listenUnix(ctx context.Context, path string) (net.Listener, error) {
+	lc := net.ListenConfig{}
+	lis, err := lc.Listen(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	return lis, nil
+}
