@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -249,9 +250,19 @@ func FuzzLoad(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		flags := newTestFlags()
-		entries, errs := parse("fuzz.yaml", data, flags.fs)
-		if len(errs) == 0 {
-			_ = apply(flags.fs, entries)
+		done := make(chan []error, 1)
+		go func() {
+			entries, errs := parse("fuzz.yaml", data, flags.fs)
+			if len(errs) == 0 {
+				_ = apply(flags.fs, entries)
+			}
+			done <- errs
+		}()
+		var errs []error
+		select {
+		case errs = <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("parse took over 5 s on %q", data)
 		}
 		for _, err := range errs {
 			if !strings.HasPrefix(err.Error(), "fuzz.yaml") {
