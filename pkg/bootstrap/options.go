@@ -51,7 +51,7 @@ func NewOptions() *Options {
 		ServiceCIDR:         "10.43.0.0/16",
 		ClusterDomain:       "cluster.local",
 		WriteKubeconfigMode: "0600",
-		CompactionInterval:  5 * time.Minute,
+		CompactionInterval:  15 * time.Minute,
 		ClusterCIDR:         controllers.DefaultClusterCIDR,
 		Day2:                newDay2Options(),
 		Cluster:             newClusterOptions(),
