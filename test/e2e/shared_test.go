@@ -104,6 +104,14 @@ func TestPostgresTwoServers(t *testing.T) {
 		t.Fatalf("second server's token %q, want %q", got, tok)
 	}
 	checkSharedCluster(t, s1, s2, []string{"192.0.2.10", "192.0.2.11"})
+
+	// A server that stops takes its address out of the kubernetes endpoints
+	// (the lease endpoint reconciler, which shared datastores keep on).
+	s2.stop()
+	eventually(t, time.Minute, "the stopped server to leave the kubernetes endpoints", func(ctx context.Context) (bool, error) {
+		ips, err := endpointIPs(ctx, s1)
+		return slices.Equal(ips, []string{"192.0.2.10"}), err
+	})
 }
 
 // checkSharedCluster checks that two servers on one datastore serve the same
