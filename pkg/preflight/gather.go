@@ -247,3 +247,13 @@ func parseLimit(s string) uint64 {
 	}
 	return v
 }
+
+// HostMemory is the memory this process may use: the host's MemTotal, or
+// its cgroup's memory limit when that is lower (0 when unknown).
+func HostMemory() uint64 {
+	total := memTotal("/proc/meminfo")
+	if _, _, limit := cgroupFacts("/proc", "/sys/fs/cgroup"); limit > 0 && (total == 0 || limit < total) {
+		return limit
+	}
+	return total
+}
