@@ -57,6 +57,7 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 		if err := s.mgr.start(ctx, cm, stopTimeout); err != nil {
 			return err
 		}
+		s.checks[componentControllerManager].attach(cm.Check)
 	}
 	if !o.Disabled[componentScheduler] {
 		sched, err := controllers.NewScheduler(opts)
@@ -66,6 +67,7 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 		if err := s.mgr.start(ctx, sched, stopTimeout); err != nil {
 			return err
 		}
+		s.checks[componentScheduler].attach(sched.Check)
 	}
 	return nil
 }

@@ -40,10 +40,12 @@ func Run(ctx context.Context, o CompletedOptions) error {
 
 // server is a started control plane.
 type server struct {
-	lock    *dataDirLock
-	mgr     manager
-	chain   *chain.Server
-	pki     *certs.PKI
+	lock  *dataDirLock
+	mgr   manager
+	chain *chain.Server
+	pki   *certs.PKI
+	// checks are the /readyz checks of the components started after the chain.
+	checks  map[string]*componentCheck
 	started time.Time
 }
 
@@ -122,7 +124,9 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 		_ = listener.Close()
 		return nil, err
 	}
+	s.checks = componentChecks(o)
 	apiserver, err := chain.New(chain.Config{
+		ReadyzChecks:       readyzChecks(s.checks),
 		Day2:               day2,
 		Listener:           listener,
 		AdvertiseAddress:   o.AdvertiseAddress,

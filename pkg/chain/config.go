@@ -12,6 +12,7 @@ import (
 	"time"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"sigs.k8s.io/yaml"
 )
 
@@ -56,6 +57,8 @@ type Config struct {
 	// CompactionInterval is how often the API server compacts the datastore
 	// (0 turns compaction off).
 	CompactionInterval time.Duration
+	// ReadyzChecks are extra /readyz checks, such as the in-process controllers'.
+	ReadyzChecks []healthz.HealthChecker
 	// InformerResync is the loopback informers' resync period (default 12h).
 	InformerResync time.Duration
 	// ShutdownWatchGrace bounds how long watches may take to drain on Stop (default 2s).

@@ -111,6 +111,10 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: create server chain: %w", err)
 	}
+	// The aggregator is outermost: its /readyz speaks for the whole chain.
+	if err := aggregator.GenericAPIServer.AddReadyzChecks(c.ReadyzChecks...); err != nil {
+		return nil, nil, fmt.Errorf("chain: readyz checks: %w", err)
+	}
 	prepared, err := aggregator.PrepareRun()
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: prepare: %w", err)

@@ -380,6 +380,14 @@ func testKubectl(t *testing.T, s *server) {
 	if err != nil || !strings.Contains(out, `"gitVersion": "v1.37.2"`) {
 		t.Fatalf("kubectl version: %v\n%s", err, out)
 	}
+	// The in-process controllers report through the API server's /readyz.
+	eventually(t, 30*time.Second, "controller checks in /readyz", func(context.Context) (bool, error) {
+		out, err := s.kubectl("get", "--raw", "/readyz?verbose")
+		if err != nil {
+			return false, &kubectlError{out}
+		}
+		return strings.Contains(out, "[+]controller-manager ok") && strings.Contains(out, "[+]scheduler ok"), nil
+	})
 	out, err = s.kubectl("api-resources")
 	if err != nil {
 		t.Fatalf("kubectl api-resources: %v\n%s", err, out)

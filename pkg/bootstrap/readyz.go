@@ -1,0 +1,60 @@
+package bootstrap
+
+import (
+	"net/http"
+	"sync"
+
+	"k8s.io/apiserver/pkg/server/healthz"
+)
+
+// componentCheck is a /readyz check for a component that starts after the
+// API server: it passes until the component is attached (the API server must
+// become ready first), then reports the component's own health.
+type componentCheck struct {
+	name  string
+	mu    sync.Mutex
+	check func(*http.Request) error
+}
+
+var _ healthz.HealthChecker = (*componentCheck)(nil)
+
+func (c *componentCheck) Name() string { return c.name }
+
+func (c *componentCheck) Check(r *http.Request) error {
+	c.mu.Lock()
+	check := c.check
+	c.mu.Unlock()
+	if check == nil {
+		return nil
+	}
+	return check(r)
+}
+
+// attach hands the check over to the started component.
+func (c *componentCheck) attach(check func(*http.Request) error) {
+	c.mu.Lock()
+	c.check = check
+	c.mu.Unlock()
+}
+
+// componentChecks makes one check per in-process component that is enabled.
+func componentChecks(o CompletedOptions) map[string]*componentCheck {
+	checks := map[string]*componentCheck{}
+	for _, name := range disableable {
+		if !o.Disabled[name] {
+			checks[name] = &componentCheck{name: name}
+		}
+	}
+	return checks
+}
+
+// readyzChecks lists the checks for the chain's /readyz.
+func readyzChecks(checks map[string]*componentCheck) []healthz.HealthChecker {
+	out := make([]healthz.HealthChecker, 0, len(checks))
+	for _, name := range disableable {
+		if c, ok := checks[name]; ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
