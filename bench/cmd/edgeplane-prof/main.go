@@ -7,7 +7,8 @@
 //	EDGEPLANE_PROF_HEAP=60s,10m heap and goroutine profiles that long after start
 //	                            (heap-60s.pprof, goroutine-60s.pprof, ...), each with the
 //	                            runtime's memory statistics (memstats-60s.txt)
-//	EDGEPLANE_FREE_AFTER=10s    an experiment: debug.FreeOSMemory() that long after start
+//	EDGEPLANE_FREE_AFTER=10s    an experiment: debug.FreeOSMemory() that long after start,
+//	EDGEPLANE_SET_GOGC=25       after first setting the GC percent to this (start-up keeps GOGC)
 //
 // Built by hand, not by make bench:
 //
@@ -21,6 +22,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,7 +48,13 @@ func main() {
 		time.AfterFunc(d, func() { writeHeap(dir, s) })
 	}
 	if d, err := time.ParseDuration(os.Getenv("EDGEPLANE_FREE_AFTER")); err == nil {
-		time.AfterFunc(d, debug.FreeOSMemory)
+		pct, gcErr := strconv.Atoi(os.Getenv("EDGEPLANE_SET_GOGC"))
+		time.AfterFunc(d, func() {
+			if gcErr == nil {
+				debug.SetGCPercent(pct)
+			}
+			debug.FreeOSMemory()
+		})
 	}
 	os.Exit(app.Main(os.Args[1:]))
 }
