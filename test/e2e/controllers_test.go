@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"k8s.io/client-go/util/retry"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -191,8 +192,7 @@ func testServiceAccount(t *testing.T, s *server, dir string) {
 
 func testScheduling(t *testing.T, s *server) {
 	ctx := context.Background()
-	node, err := s.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-1"}}, metav1.CreateOptions{})
-	if err != nil {
+	if _, err := s.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-1"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	res := corev1.ResourceList{
@@ -200,11 +200,20 @@ func testScheduling(t *testing.T, s *server) {
 		corev1.ResourceMemory: resource.MustParse("4Gi"),
 		corev1.ResourcePods:   resource.MustParse("110"),
 	}
-	now := metav1.Now()
-	node.Status.Capacity, node.Status.Allocatable = res, res
-	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
-		Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
-	if _, err := s.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	// The node lifecycle controller writes to a new Node too: retry on conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := s.client.CoreV1().Nodes().Get(ctx, "edge-1", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		node.Status.Capacity, node.Status.Allocatable = res, res
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+			Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
+		_, err = s.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	newNamespace(t, s, "sched")

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 )
 
 // TestSecurityDefaults checks the security defaults as an outsider and as a
@@ -102,20 +103,29 @@ func TestSecurityDefaults(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		own, err := nodeA.CoreV1().Nodes().Get(ctx, "edge-a", metav1.GetOptions{})
+		// The node lifecycle controller writes to new Nodes too: retry on conflict.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			own, err := nodeA.CoreV1().Nodes().Get(ctx, "edge-a", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			own.Labels = map[string]string{"edge": "a"}
+			_, err = nodeA.CoreV1().Nodes().Update(ctx, own, metav1.UpdateOptions{})
+			return err
+		})
 		if err != nil {
-			t.Fatalf("node edge-a reading itself: %v", err)
-		}
-		own.Labels = map[string]string{"edge": "a"}
-		if _, err := nodeA.CoreV1().Nodes().Update(ctx, own, metav1.UpdateOptions{}); err != nil {
 			t.Fatalf("node edge-a updating itself: %v", err)
 		}
-		other, err := s.client.CoreV1().Nodes().Get(ctx, "edge-b", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		other.Labels = map[string]string{"taken": "over"}
-		if _, err := nodeA.CoreV1().Nodes().Update(ctx, other, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			other, err := s.client.CoreV1().Nodes().Get(ctx, "edge-b", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			other.Labels = map[string]string{"taken": "over"}
+			_, err = nodeA.CoreV1().Nodes().Update(ctx, other, metav1.UpdateOptions{})
+			return err
+		})
+		if !apierrors.IsForbidden(err) {
 			t.Fatalf("node edge-a updating edge-b: %v, want Forbidden", err)
 		}
 		if err := nodeA.CoreV1().Nodes().Delete(ctx, "edge-b", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
