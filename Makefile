@@ -50,10 +50,10 @@ test-qemu:
 # bench-smoke is a few minutes. BENCH_ARGS go to the driver (bench/run.sh -h).
 .PHONY: bench bench-smoke
 bench:
-	BENCH_COMMAND="make bench $(BENCH_ARGS)" ./bench/run.sh $(BENCH_ARGS)
+	BENCH_COMMAND="make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" ./bench/run.sh $(BENCH_ARGS)
 
 bench-smoke:
-	BENCH_COMMAND="make bench-smoke $(BENCH_ARGS)" ./bench/run.sh -short $(BENCH_ARGS)
+	BENCH_COMMAND="make bench-smoke$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" ./bench/run.sh -short $(BENCH_ARGS)
 
 clean:
 	rm -rf bin dist

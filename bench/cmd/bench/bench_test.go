@@ -128,3 +128,22 @@ func TestTableRatios(t *testing.T) {
 		}
 	}
 }
+
+func TestMedian(t *testing.T) {
+	s := func(v ...float64) []startSample {
+		var out []startSample
+		for _, x := range v {
+			out = append(out, startSample{Ready: time.Duration(x * float64(time.Second))})
+		}
+		return out
+	}
+	sec := func(x startSample) float64 { return x.Ready.Seconds() }
+	for _, tc := range []struct {
+		in   []startSample
+		want float64
+	}{{s(3), 3}, {s(4, 2), 3}, {s(5, 1, 3), 3}, {s(1, 9, 2, 4), 3}} {
+		if got, ok := medianOf(tc.in, sec); !ok || got != tc.want {
+			t.Errorf("median of %v = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}

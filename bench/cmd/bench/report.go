@@ -198,7 +198,11 @@ func median(s []startSample, f func(startSample) float64) (float64, float64, flo
 		v[i] = f(x)
 	}
 	slices.Sort(v)
-	return v[len(v)/2], v[0], v[len(v)-1], true
+	m := v[len(v)/2]
+	if len(v)%2 == 0 {
+		m = (v[len(v)/2-1] + m) / 2
+	}
+	return m, v[0], v[len(v)-1], true
 }
 
 // row is one line of the results table.
