@@ -93,6 +93,12 @@ func reissue(e Entry, now time.Time, validity time.Duration) error {
 	if !now.Before(caCert.NotAfter) {
 		return fmt.Errorf("tls: the CA %s of %s has expired: a new CA is needed first", e.CA.Cert, e.Name)
 	}
+	if now.Before(caCert.NotBefore) {
+		// A certificate minted now would not verify until the clock passes
+		// the CA's NotBefore.
+		return fmt.Errorf("tls: system clock reads %s, before the NotBefore %s of the CA %s of %s: %s",
+			now.UTC().Format(timeFormat), caCert.NotBefore.UTC().Format(timeFormat), e.CA.Cert, e.Name, clockFloorMsg)
+	}
 	_, certPEM, err := mintLeaf(spec, key.Public(), now, validity)
 	if err != nil {
 		return err
