@@ -1,0 +1,396 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+
+	"github.com/edgeplane/edgeplane/pkg/certs"
+	"github.com/edgeplane/edgeplane/pkg/datastore"
+)
+
+// faultFull selects the long form of the reliability tests (figures for
+// docs/reliability/faults.md).
+func faultFull() bool { return os.Getenv("EDGEPLANE_RELIABILITY_FULL") == "1" }
+
+var (
+	faultEtcdOnce sync.Once
+	faultEtcdBin  string
+	faultEtcdErr  error
+)
+
+// faultBuildEtcd builds bench/cmd/etcd (upstream etcdmain) once per package
+// run, next to the edgeplane binary TestMain built.
+func faultBuildEtcd(t *testing.T) string {
+	t.Helper()
+	faultEtcdOnce.Do(func() {
+		faultEtcdBin = filepath.Join(filepath.Dir(binary), "etcd")
+		build := exec.Command("go", "build", "-o", faultEtcdBin, "../../bench/cmd/etcd")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			faultEtcdErr = fmt.Errorf("build bench/cmd/etcd: %v\n%s", err, out)
+		}
+	})
+	if faultEtcdErr != nil {
+		t.Fatal(faultEtcdErr)
+	}
+	return faultEtcdBin
+}
+
+// faultEtcd is a single-member etcd in its own process, client TLS with
+// client-certificate authentication, on fixed loopback ports so that it can
+// be restarted on the same data and address.
+type faultEtcd struct {
+	t       *testing.T
+	bin     string
+	dir     string
+	client  string // https://127.0.0.1:PORT
+	peer    string
+	pki     *certs.PKI
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	output  *syncBuffer
+	started int
+}
+
+func faultNewEtcd(t *testing.T, pki *certs.PKI) *faultEtcd {
+	e := &faultEtcd{
+		t: t, bin: faultBuildEtcd(t), dir: filepath.Join(t.TempDir(), "etcd"), pki: pki,
+		client: "https://127.0.0.1:" + freePort(t), peer: "http://127.0.0.1:" + freePort(t),
+		output: &syncBuffer{},
+	}
+	t.Cleanup(func() {
+		e.signal(syscall.SIGKILL)
+		if t.Failed() {
+			t.Logf("etcd output:\n%s", tail(e.output.String()))
+		}
+	})
+	return e
+}
+
+// start runs etcd on e.dir and waits until a TLS client reads from it.
+func (e *faultEtcd) start() {
+	e.t.Helper()
+	e.started++
+	e.cmd = exec.Command(e.bin, "--name", "fault", "--data-dir", e.dir,
+		"--listen-client-urls", e.client, "--advertise-client-urls", e.client,
+		"--listen-peer-urls", e.peer, "--initial-advertise-peer-urls", e.peer,
+		"--initial-cluster", "fault="+e.peer, "--log-level", "warn",
+		"--cert-file", e.pki.EtcdServer.Cert, "--key-file", e.pki.EtcdServer.Key,
+		"--trusted-ca-file", e.pki.EtcdCA.Cert, "--client-cert-auth")
+	fmt.Fprintf(e.output, "--- start %d\n", e.started)
+	e.cmd.Stdout, e.cmd.Stderr = e.output, e.output
+	if err := e.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	e.exited = exited
+	go func(c *exec.Cmd) { _ = c.Wait(); close(exited) }(e.cmd)
+
+	cli, err := datastore.NewClient(e.clientConfig(), logr.Discard())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cli.Close()
+	eventually(e.t, time.Minute, "etcd answering", func(ctx context.Context) (bool, error) {
+		select {
+		case <-exited:
+			e.t.Fatalf("etcd exited:\n%s", tail(e.output.String()))
+		default:
+		}
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := cli.Get(ctx, "health")
+		return err == nil, err
+	})
+}
+
+func (e *faultEtcd) clientConfig() datastore.ClientConfig {
+	return datastore.ClientConfig{Endpoints: []string{e.client}, CAFile: e.pki.EtcdCA.Cert,
+		CertFile: e.pki.EtcdClient.Cert, KeyFile: e.pki.EtcdClient.Key}
+}
+
+func (e *faultEtcd) signal(sig syscall.Signal) {
+	if e.cmd == nil || e.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-e.exited:
+		return
+	default:
+	}
+	if sig == syscall.SIGKILL {
+		_ = e.cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies on SIGKILL too; be explicit
+	}
+	if err := e.cmd.Process.Signal(sig); err != nil {
+		e.t.Logf("signal %v to etcd: %v", sig, err)
+	}
+	if sig == syscall.SIGKILL {
+		<-e.exited
+	}
+}
+
+// faultReadyz asks /readyz?verbose; the status is 0 when it did not answer.
+func faultReadyz(s *server) (int, string) {
+	cfg := rest.CopyConfig(s.config)
+	cfg.Timeout = 5 * time.Second
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return 0, err.Error()
+	}
+	resp, err := hc.Get(cfg.Host + "/readyz?verbose")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// faultFailing lists the failing checks of a verbose /readyz body.
+func faultFailing(body string) []string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "[-]") {
+			out = append(out, strings.TrimPrefix(l, "[-]"))
+		}
+	}
+	return out
+}
+
+// faultWaitReadyz polls /readyz until its status is want; it returns how long
+// that took and the last body.
+func faultWaitReadyz(t *testing.T, s *server, want int, timeout time.Duration) (time.Duration, string) {
+	t.Helper()
+	begin := time.Now()
+	var body string
+	for time.Since(begin) < timeout {
+		var code int
+		code, body = faultReadyz(s)
+		if code == want {
+			return time.Since(begin), body
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("/readyz did not turn %d within %v; last body:\n%s\nserver output:\n%s", want, timeout, body, tail(s.output.String()))
+	return 0, ""
+}
+
+// faultWaitEtcdUnready polls /readyz until it is 500 with a failing etcd
+// check; it logs when /readyz first turned 500 and what failed then.
+func faultWaitEtcdUnready(t *testing.T, s *server, what string) {
+	t.Helper()
+	begin := time.Now()
+	first := time.Duration(-1)
+	var body string
+	for time.Since(begin) < 30*time.Second {
+		var code int
+		code, body = faultReadyz(s)
+		if code == http.StatusInternalServerError {
+			failing := faultFailing(body)
+			if first < 0 {
+				first = time.Since(begin)
+				t.Logf("%s: /readyz 500 after %v, failing: %v", what, first.Round(time.Millisecond), failing)
+			}
+			if faultNamesEtcd(failing) {
+				t.Logf("%s: /readyz names etcd after %v, failing: %v", what, time.Since(begin).Round(time.Millisecond), failing)
+				return
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s: /readyz does not fail on etcd within 30 s; last body:\n%s\nserver output:\n%s", what, body, tail(s.output.String()))
+}
+
+// faultCreate creates ConfigMap name, asking the API server to give up after
+// serverTimeout; the client waits serverTimeout plus 30 s.
+func faultCreate(s *server, name string, serverTimeout time.Duration) (time.Duration, error) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": name}}
+	ctx, cancel := context.WithTimeout(context.Background(), serverTimeout+30*time.Second)
+	defer cancel()
+	begin := time.Now()
+	req := s.client.CoreV1().RESTClient().Post().Namespace("default").Resource("configmaps").
+		Body(runtime.Object(cm)).VersionedParams(&metav1.CreateOptions{}, scheme.ParameterCodec)
+	if serverTimeout > 0 {
+		req = req.Param("timeout", serverTimeout.String()) // the server's deadline, not the client's
+	}
+	err := req.Do(ctx).Error()
+	return time.Since(begin), err
+}
+
+// faultWrites creates n ConfigMaps prefix-0..n-1 and fails on any error.
+func faultWrites(t *testing.T, s *server, prefix string, n int) []string {
+	t.Helper()
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		if _, err := faultCreate(s, name, 10*time.Second); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+// faultAlive fails the test if edgeplane has exited.
+func faultAlive(t *testing.T, s *server) {
+	t.Helper()
+	select {
+	case <-s.exited:
+		t.Fatalf("edgeplane exited (%v) during the datastore fault:\n%s", s.exitErr, tail(s.output.String()))
+	default:
+	}
+}
+
+// TestEtcdFault runs edgeplane on an external etcd in its own process and
+// pauses (SIGSTOP/SIGCONT) and kills (SIGKILL, then a restart on the same
+// data) that etcd while clients are connected. It checks that writes fail
+// with an error within the request's timeout, that /readyz turns 500 naming
+// the etcd check, that edgeplane stays up and recovers by itself once etcd is
+// back, and that every acknowledged write survives.
+func TestEtcdFault(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e")
+	}
+	tlsDir := filepath.Join(t.TempDir(), "tls")
+	pki, err := certs.Ensure(context.Background(), certs.Options{
+		Dir: tlsDir, KubeconfigDir: filepath.Dir(tlsDir), Hostname: "etcd", AdvertiseAddress: net.ParseIP("192.0.2.1"),
+		ServiceCIDR: &net.IPNet{IP: net.ParseIP("10.43.0.0"), Mask: net.CIDRMask(16, 32)}, ClusterDomain: "cluster.local",
+		APIServerPort: 6443, AdminKubeconfigMode: 0o600,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := faultNewEtcd(t, pki)
+	e.start()
+
+	s := startServer(t, t.TempDir(), "--datastore-endpoint", e.client, "--datastore-cafile", pki.EtcdCA.Cert,
+		"--datastore-certfile", pki.EtcdClient.Cert, "--datastore-keyfile", pki.EtcdClient.Key,
+		"--advertise-address", "192.0.2.10")
+	faultWaitReadyz(t, s, http.StatusOK, time.Minute)
+	acked := faultWrites(t, s, "before", 10)
+
+	pause := 5 * time.Second
+	cycles := 1
+	if faultFull() {
+		pause, cycles = 90*time.Second, 3
+	}
+	const serverTimeout = 5 * time.Second
+
+	for cycle := range cycles {
+		t.Run(fmt.Sprintf("paused %d", cycle), func(t *testing.T) {
+			e.signal(syscall.SIGSTOP)
+			stopped := time.Now()
+			faultWaitEtcdUnready(t, s, "paused")
+			d, err := faultCreate(s, fmt.Sprintf("paused-%d", cycle), serverTimeout)
+			t.Logf("paused: create with timeout=%v failed after %v: %v", serverTimeout, d.Round(time.Millisecond), err)
+			if err == nil {
+				t.Fatal("a write succeeded while etcd was paused")
+			}
+			if d > serverTimeout+10*time.Second {
+				t.Errorf("the write took %v to fail, more than its %v timeout", d, serverTimeout)
+			}
+			if faultFull() && cycle == 0 {
+				d, err := faultCreate(s, "paused-default-timeout", 0)
+				t.Logf("paused: create with the default timeout failed after %v: %v", d.Round(time.Millisecond), err)
+				if err == nil {
+					t.Fatal("a write succeeded while etcd was paused")
+				}
+			}
+			if rest := pause - time.Since(stopped); rest > 0 {
+				time.Sleep(rest)
+			}
+			faultAlive(t, s)
+			if code, body := faultReadyz(s); code != http.StatusInternalServerError {
+				t.Errorf("after %v paused, /readyz = %d:\n%s", pause, code, body)
+			}
+
+			e.signal(syscall.SIGCONT)
+			took, _ := faultWaitReadyz(t, s, http.StatusOK, 2*time.Minute)
+			wbegin := time.Now()
+			eventually(t, time.Minute, "a write after SIGCONT", func(context.Context) (bool, error) {
+				_, err := faultCreate(s, fmt.Sprintf("resumed-%d", cycle), serverTimeout)
+				return err == nil, err
+			})
+			t.Logf("paused %v: /readyz 200 %v after SIGCONT, first write after another %v",
+				pause, took.Round(time.Millisecond), time.Since(wbegin).Round(time.Millisecond))
+			acked = append(acked, fmt.Sprintf("resumed-%d", cycle))
+			acked = append(acked, faultWrites(t, s, fmt.Sprintf("after-pause-%d", cycle), 5)...)
+		})
+	}
+
+	for cycle := range cycles {
+		t.Run(fmt.Sprintf("killed %d", cycle), func(t *testing.T) {
+			e.signal(syscall.SIGKILL)
+			faultWaitEtcdUnready(t, s, "killed")
+			d, err := faultCreate(s, fmt.Sprintf("killed-%d", cycle), serverTimeout)
+			t.Logf("killed: create with timeout=%v failed after %v: %v", serverTimeout, d.Round(time.Millisecond), err)
+			if err == nil {
+				t.Fatal("a write succeeded while etcd was down")
+			}
+			if d > serverTimeout+10*time.Second {
+				t.Errorf("the write took %v to fail, more than its %v timeout", d, serverTimeout)
+			}
+			if faultFull() {
+				time.Sleep(pause)
+			}
+			faultAlive(t, s)
+
+			e.start()
+			restarted := time.Now()
+			took, _ := faultWaitReadyz(t, s, http.StatusOK, 2*time.Minute)
+			eventually(t, time.Minute, "a write after the restart", func(context.Context) (bool, error) {
+				_, err := faultCreate(s, fmt.Sprintf("restarted-%d", cycle), serverTimeout)
+				return err == nil, err
+			})
+			t.Logf("killed: /readyz 200 %v after etcd answered again, first write %v after", took.Round(time.Millisecond),
+				time.Since(restarted).Round(time.Millisecond))
+			acked = append(acked, fmt.Sprintf("restarted-%d", cycle))
+
+			list, err := s.client.CoreV1().ConfigMaps("default").List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			have := map[string]bool{}
+			for _, cm := range list.Items {
+				have[cm.Name] = true
+			}
+			for _, name := range acked {
+				if !have[name] {
+					t.Errorf("acknowledged ConfigMap %s is missing after the etcd restart", name)
+				}
+			}
+			t.Logf("all %d acknowledged writes present", len(acked))
+			acked = append(acked, faultWrites(t, s, fmt.Sprintf("after-kill-%d", cycle), 5)...)
+		})
+	}
+	faultAlive(t, s)
+	s.stop()
+}
+
+// faultNamesEtcd reports whether one of the failing /readyz checks is etcd's.
+func faultNamesEtcd(failing []string) bool {
+	for _, f := range failing {
+		if strings.Contains(f, "etcd") {
+			return true
+		}
+	}
+	return false
+}
