@@ -37,8 +37,8 @@ type watchSummary struct {
 	Reestablished   int       `json:"reestablished"`
 	Relists         int       `json:"relists"`
 	Errors          int       `json:"errors"`
-	Silent          []int     `json:"silent,omitempty"` // watches that had writes to see and delivered none
-	Delivery        opSummary `json:"delivery"`         // write request start -> event received
+	Silent          []int     `json:"silent,omitempty"`        // watches that had writes to see and delivered none
+	Delivery        opSummary `json:"delivery"`                // write request start -> event received
 	MinDeliveredPer int       `json:"min_delivered_per_watch"` // over the watches with writers
 	WithoutWriters  int       `json:"without_writers"`         // watches whose group no client wrote to
 }

@@ -1,0 +1,271 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// loadRSSBudgetMiB is the default profile's memory budget: the server's RSS
+// must stay under it while 16 clients and 100 watches load it (and during
+// the hostile-input attacks). `edgeplane server` has no --profile flag; when
+// it gets one, this becomes per profile.
+const loadRSSBudgetMiB = 600
+
+// loadFull reports whether the long form (EDGEPLANE_RELIABILITY_FULL=1) runs.
+func loadFull() bool { return os.Getenv("EDGEPLANE_RELIABILITY_FULL") == "1" }
+
+// loadSummary is the part of bench/cmd/load's JSON summary the test checks.
+type loadSummary struct {
+	Ops []struct {
+		Op      string  `json:"op"`
+		Count   int     `json:"count"`
+		Errors  int     `json:"errors"`
+		TooMany int     `json:"too_many_requests"`
+		PerSec  float64 `json:"per_sec"`
+		P50ms   float64 `json:"p50_ms"`
+		P99ms   float64 `json:"p99_ms"`
+		Maxms   float64 `json:"max_ms"`
+	} `json:"ops"`
+	Total struct {
+		Count  int     `json:"count"`
+		Errors int     `json:"errors"`
+		PerSec float64 `json:"per_sec"`
+	} `json:"total"`
+	Watch struct {
+		Watches        int   `json:"watches"`
+		Expected       int   `json:"expected"`
+		Matched        int   `json:"matched"`
+		Missed         int   `json:"missed"`
+		Errors         int   `json:"errors"`
+		Silent         []int `json:"silent"`
+		WithoutWriters int   `json:"without_writers"`
+		MinDelivered   int   `json:"min_delivered_per_watch"`
+		Reestablished  int   `json:"reestablished"`
+	} `json:"watch"`
+	Server struct {
+		CPUCores float64 `json:"cpu_cores"`
+	} `json:"server"`
+	Failures []string `json:"failures"`
+	OK       bool     `json:"ok"`
+}
+
+// TestLoad runs bench/cmd/load from a second process against a real server:
+// 16 clients mixing create/update/get/list/delete and 100 watches for 30 s
+// (5 minutes on both datastores in the full form), sampling the server's RSS.
+func TestLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the real binary under load")
+	}
+	tool := loadBuildTool(t)
+	duration := 30 * time.Second
+	datastores := []string{"sqlite"}
+	if loadFull() {
+		duration = 5 * time.Minute
+		datastores = append(datastores, "etcd")
+	}
+	for _, ds := range datastores {
+		t.Run(ds, func(t *testing.T) {
+			s := startServer(t, t.TempDir(), "--datastore="+ds)
+			loadRun(t, s, tool, duration)
+		})
+	}
+}
+
+// loadBuildTool builds bench/cmd/load into a temporary directory.
+func loadBuildTool(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "load")
+	build := exec.Command("go", "build", "-o", out, "../../bench/cmd/load")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build bench/cmd/load: %v\n%s", err, b)
+	}
+	return out
+}
+
+func loadRun(t *testing.T, s *server, tool string, duration time.Duration) {
+	pid := s.cmd.Process.Pid
+	jsonPath := filepath.Join(t.TempDir(), "summary.json")
+	rss := loadSampleRSS(pid, 250*time.Millisecond)
+	rssStart := rss.current()
+
+	ctx, cancel := context.WithTimeout(context.Background(), duration+3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, tool, "--kubeconfig", s.kubeconfig, "--clients", "16", "--watches", "100",
+		"--duration", duration.String(), "--namespace", "load", "--server-pid", strconv.Itoa(pid),
+		"--rss-budget-mib", strconv.Itoa(loadRSSBudgetMiB), "--json", jsonPath)
+	out, runErr := cmd.CombinedOutput()
+	rssMax, rssEnd := rss.stop()
+	t.Logf("bench/cmd/load (%s):\n%s", strings.Join(cmd.Args[1:], " "), loadWithoutJSON(string(out)))
+	t.Logf("server RSS sampled by the test: start %d MiB, max %d MiB, end %d MiB (budget %d MiB)", rssStart>>20, rssMax>>20, rssEnd>>20, loadRSSBudgetMiB)
+
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatalf("load tool wrote no summary (%v): %v\n%s", runErr, err, out)
+	}
+	var sum loadSummary
+	if err := json.Unmarshal(raw, &sum); err != nil {
+		t.Fatalf("summary: %v\n%s", err, raw)
+	}
+	if runErr != nil || !sum.OK {
+		t.Errorf("load tool failed (%v): %s", runErr, strings.Join(sum.Failures, "; "))
+	}
+	for _, op := range sum.Ops {
+		if op.Errors > 0 {
+			t.Errorf("%s: %d errors other than 429", op.Op, op.Errors)
+		}
+		if op.Count == 0 {
+			t.Errorf("%s: no operation succeeded", op.Op)
+		}
+	}
+	if len(sum.Ops) < 4 {
+		t.Errorf("only %d operation kinds ran, want create/update/get/list/delete", len(sum.Ops))
+	}
+	w := sum.Watch
+	switch {
+	case w.Watches != 100:
+		t.Errorf("%d watches, want 100", w.Watches)
+	case w.Missed > 0 || w.Errors > 0 || len(w.Silent) > 0:
+		t.Errorf("watches: %d acknowledged writes missed, %d errors, silent watches %v", w.Missed, w.Errors, w.Silent)
+	case w.WithoutWriters > 0 || w.MinDelivered < 1:
+		t.Errorf("%d watches had no writer and the quietest delivered %d events: every watch must be exercised", w.WithoutWriters, w.MinDelivered)
+	case w.Matched != w.Expected || w.Expected == 0:
+		t.Errorf("watches matched %d of %d expected deliveries", w.Matched, w.Expected)
+	}
+	if rssMax == 0 {
+		t.Errorf("could not sample the server's RSS from /proc/%d/status", pid)
+	} else if rssMax>>20 >= loadRSSBudgetMiB {
+		t.Errorf("server RSS peaked at %d MiB, budget %d MiB", rssMax>>20, loadRSSBudgetMiB)
+	}
+
+	// The server is still whole: ready, alive, and serving writes.
+	loadAssertHealthy(t, s)
+}
+
+// loadAssertHealthy checks that s is alive, /readyz answers 200 and a
+// ConfigMap can be created and read back.
+func loadAssertHealthy(t *testing.T, s *server) {
+	t.Helper()
+	select {
+	case <-s.exited:
+		t.Fatalf("edgeplane exited (%v):\n%s", s.exitErr, tail(s.output.String()))
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	body, err := s.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil || string(body) != "ok" {
+		t.Fatalf("/readyz: %v %q", err, body)
+	}
+	name := fmt.Sprintf("health-%d", time.Now().UnixNano())
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": "v"}}
+	if _, err := s.client.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create after the run: %v", err)
+	}
+	got, err := s.client.CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil || got.Data["k"] != "v" {
+		t.Fatalf("get after the run: %v %v", err, got)
+	}
+}
+
+// loadRSS samples a process's VmRSS in the background.
+type loadRSS struct {
+	pid       int
+	mu        sync.Mutex
+	max, last int64
+	stopCh    chan struct{}
+	done      chan struct{}
+}
+
+func loadSampleRSS(pid int, every time.Duration) *loadRSS {
+	r := &loadRSS{pid: pid, stopCh: make(chan struct{}), done: make(chan struct{})}
+	r.sample()
+	go func() {
+		defer close(r.done)
+		tk := time.NewTicker(every)
+		defer tk.Stop()
+		for {
+			select {
+			case <-r.stopCh:
+				return
+			case <-tk.C:
+				r.sample()
+			}
+		}
+	}()
+	return r
+}
+
+func (r *loadRSS) sample() {
+	v, err := loadReadRSS(r.pid)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	r.max, r.last = max(r.max, v), v
+	r.mu.Unlock()
+}
+
+func (r *loadRSS) current() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// peak is the largest sample so far.
+func (r *loadRSS) peak() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.max
+}
+
+// stop ends sampling and returns the peak and the last sample.
+func (r *loadRSS) stop() (int64, int64) {
+	close(r.stopCh)
+	<-r.done
+	r.sample()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.max, r.last
+}
+
+// loadReadRSS is VmRSS from /proc/<pid>/status in bytes.
+func loadReadRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10, err
+			}
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// loadWithoutJSON drops the tool's one-line JSON summary from its output.
+func loadWithoutJSON(out string) string {
+	var keep []string
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, "JSON ") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
