@@ -214,7 +214,15 @@ func (c CompletedOptions) Validate() []error {
 		if net.ParseIP(san) != nil {
 			continue
 		}
-		if msgs := validation.IsDNS1123Subdomain(strings.TrimPrefix(san, "*.")); len(msgs) > 0 {
+		name := strings.TrimPrefix(san, "*.")
+		msgs := validation.IsDNS1123Subdomain(name)
+		for _, label := range strings.Split(name, ".") {
+			if len(msgs) == 0 && len(label) > validation.DNS1123LabelMaxLength {
+				// as pkg/certs and x509 require
+				msgs = append(msgs, validation.MaxLenError(validation.DNS1123LabelMaxLength))
+			}
+		}
+		if len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("--tls-san %q is neither an IP address nor a DNS name: %s", san, strings.Join(msgs, "; ")))
 		}
 	}

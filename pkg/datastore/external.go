@@ -34,7 +34,7 @@ func EndpointKind(endpoint string) (kind string, shared bool, err error) {
 		for _, ep := range strings.Split(endpoint, ",") {
 			u, err := url.Parse(strings.TrimSpace(ep))
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Port() == "" {
-				return "", false, fmt.Errorf("--datastore-endpoint: %q is not an etcd URL such as https://10.0.0.1:2379", ep)
+				return "", false, fmt.Errorf("--datastore-endpoint: %q is not an etcd URL such as https://10.0.0.1:2379", redact(strings.TrimSpace(ep)))
 			}
 		}
 		return TypeExternalEtcd, true, nil
@@ -53,10 +53,16 @@ func EndpointKind(endpoint string) (kind string, shared bool, err error) {
 	}
 }
 
-// redact hides a password in a URL for messages.
+// redact hides a password in a URL for messages, also in one that does not
+// parse: then everything up to the last "@" after the scheme is hidden.
 func redact(endpoint string) string {
 	if u, err := url.Parse(endpoint); err == nil && u.User != nil {
 		return u.Redacted()
+	}
+	if scheme, rest, ok := strings.Cut(endpoint, "://"); ok {
+		if i := strings.LastIndex(rest, "@"); i >= 0 {
+			return scheme + "://xxxxx@" + rest[i+1:]
+		}
 	}
 	return endpoint
 }

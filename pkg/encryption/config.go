@@ -79,8 +79,23 @@ func Load(path string) (*apiserverv1.EncryptionConfiguration, []byte, error) {
 	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
 		return nil, nil, fmt.Errorf("encryption: %s: %w", path, err)
 	}
-	if _, err := secretbox(cfg); err != nil {
+	// The API server refuses a file without these (found by FuzzLoad).
+	if cfg.Kind != "EncryptionConfiguration" || cfg.APIVersion != "apiserver.config.k8s.io/v1" {
+		return nil, nil, fmt.Errorf("encryption: %s: want kind EncryptionConfiguration, apiVersion apiserver.config.k8s.io/v1", path)
+	}
+	sb, err := secretbox(cfg)
+	if err != nil {
 		return nil, nil, fmt.Errorf("encryption: %s: %w", path, err)
+	}
+	if len(sb.Keys) == 0 {
+		return nil, nil, fmt.Errorf("encryption: %s: the secretbox provider has no key", path)
+	}
+	seen := map[string]bool{}
+	for _, k := range sb.Keys {
+		if k.Name == "" || seen[k.Name] {
+			return nil, nil, fmt.Errorf("encryption: %s: secretbox key names must be set and unique (%q)", path, k.Name)
+		}
+		seen[k.Name] = true
 	}
 	return cfg, data, nil
 }

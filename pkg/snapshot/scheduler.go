@@ -17,10 +17,21 @@ const DefaultSchedule = "0 */12 * * *"
 
 // ParseSchedule checks a --snapshot-schedule value: standard five-field cron
 // syntax or a descriptor such as "@every 6h" or "@daily".
-func ParseSchedule(spec string) (cron.Schedule, error) {
-	s, err := cron.ParseStandard(spec)
+func ParseSchedule(spec string) (s cron.Schedule, err error) {
+	defer func() {
+		// robfig/cron panics on some inputs (for example "CRON_TZ=").
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("--snapshot-schedule %q: not a cron schedule (%v)", spec, r)
+		}
+	}()
+	s, err = cron.ParseStandard(spec)
 	if err != nil {
 		return nil, fmt.Errorf("--snapshot-schedule %q: %w", spec, err)
+	}
+	// A schedule that never matches ("0 0 30 2 *") has a zero Next, on
+	// which the scheduler's loop would snapshot without pause.
+	if now := time.Now(); !s.Next(now).After(now) {
+		return nil, fmt.Errorf("--snapshot-schedule %q: never fires (no matching time in the next five years)", spec)
 	}
 	return s, nil
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -140,7 +141,7 @@ func mustLayout() *certs.PKI {
 func parseDays(s string) (time.Duration, error) {
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.Atoi(days)
-		if err != nil || n < 0 {
+		if err != nil || n < 0 || n > int(math.MaxInt64/int64(24*time.Hour)) { // beyond: the duration overflows
 			return 0, fmt.Errorf("%q is not a number of days", s)
 		}
 		return time.Duration(n) * 24 * time.Hour, nil
