@@ -1,0 +1,581 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	encbinary "encoding/binary"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// hostileRSSBudgetMiB bounds the server's RSS through every attack: the
+// default profile's budget (see loadRSSBudgetMiB).
+const hostileRSSBudgetMiB = loadRSSBudgetMiB
+
+// TestHostile sends hostile requests to a real server, with the admin client
+// certificate and anonymously, and checks after each attack that the server
+// is alive, ready, serving writes and within its memory budget.
+func TestHostile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the real binary")
+	}
+	s := startServer(t, t.TempDir())
+	rss := loadSampleRSS(s.cmd.Process.Pid, 200*time.Millisecond)
+	before := rss.current()
+	t.Cleanup(func() {
+		peak, last := rss.stop()
+		t.Logf("server RSS over the hostile-input test: before %d MiB, peak %d MiB, end %d MiB (bound %d MiB)",
+			before>>20, peak>>20, last>>20, hostileRSSBudgetMiB)
+	})
+	admin := hostileHTTPClient(t, s, true)
+	anon := hostileHTTPClient(t, s, false)
+	cms := s.config.Host + "/api/v1/namespaces/default/configmaps"
+
+	t.Run("oversized bodies", func(t *testing.T) {
+		big := hostileConfigMapJSON("big", strings.Repeat("x", 4<<20)) // over the 3 MiB request limit
+		fixed := func(b []byte) func(context.Context) io.Reader {
+			return func(context.Context) io.Reader { return bytes.NewReader(b) }
+		}
+		for _, tc := range []struct {
+			name   string
+			client *http.Client
+			method string
+			url    string
+			ctype  string
+			body   func(ctx context.Context) io.Reader
+			length int64 // -1: unknown (chunked)
+			want   int
+			full   bool // only in the full form: takes the request timeout
+		}{
+			{"admin create 4 MiB JSON", admin, "POST", cms, "application/json", fixed(big), int64(len(big)), 413, false},
+			{"admin update 4 MiB JSON", admin, "PUT", cms + "/big", "application/json", fixed(big), int64(len(big)), 413, false},
+			{"admin merge patch 4 MiB", admin, "PATCH", cms + "/big", "application/merge-patch+json", fixed(big), int64(len(big)), 413, false},
+			{"admin create 4 MiB protobuf", admin, "POST", cms, "application/vnd.kubernetes.protobuf", fixed(hostileProtobufGarbage(4<<20, 1)), 4<<20 + 4, 413, false},
+			{"admin create 256 MiB streamed without length", admin, "POST", cms, "application/json", func(context.Context) io.Reader { return io.LimitReader(hostileZeros{}, 256<<20) }, -1, 413, false},
+			{"admin create declaring 1 GiB, sending 1 KiB", admin, "POST", cms, "application/json", func(ctx context.Context) io.Reader { return hostileStall(ctx, bytes.Repeat([]byte{' '}, 1024)) }, 1 << 30, 504, true},
+			{"anonymous create 4 MiB JSON", anon, "POST", cms, "application/json", fixed(big), int64(len(big)), 401, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if tc.full && !loadFull() {
+					t.Skip("waits for the request timeout; runs with EDGEPLANE_RELIABILITY_FULL=1")
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				counted := &hostileCounter{r: tc.body(ctx)}
+				req, err := http.NewRequestWithContext(ctx, tc.method, tc.url, counted)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.ContentLength = tc.length
+				req.Header.Set("Content-Type", tc.ctype)
+				start := time.Now()
+				resp, err := tc.client.Do(req)
+				if err != nil {
+					t.Fatalf("%s %s: %v after %s, %d bytes sent", tc.method, tc.url, err, time.Since(start), counted.n.Load())
+				}
+				took, sent := time.Since(start), counted.n.Load()
+				msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+				resp.Body.Close()
+				t.Logf("%d after %s, %.1f MiB of the body consumed: %s", resp.StatusCode, took.Round(time.Millisecond), float64(sent)/(1<<20), hostileOneLine(msg))
+				if resp.StatusCode != tc.want {
+					t.Errorf("status %d, want %d", resp.StatusCode, tc.want)
+				}
+				if tc.length < 0 && sent > 64<<20 {
+					t.Errorf("the server read %d MiB of a streamed body before refusing it", sent>>20)
+				}
+			})
+		}
+		hostileAfter(t, s, rss)
+	})
+
+	t.Run("deeply nested JSON and YAML", func(t *testing.T) {
+		if code := hostileDo(t, admin, "POST", cms, "application/json", hostileConfigMapJSON("target", "v")); code != 201 && code != 409 {
+			t.Fatalf("create the patch target: %d", code)
+		}
+		const depth = 100000
+		arrays := strings.Repeat("[", depth) + strings.Repeat("]", depth)
+		objects := strings.Repeat(`{"a":`, depth) + "1" + strings.Repeat("}", depth)
+		nestedObj := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"deep","x":` + arrays + `}}`
+		for _, tc := range []struct {
+			name, method, url, ctype, body string
+		}{
+			{"create: 10^5 nested arrays in an unknown field", "POST", cms, "application/json", nestedObj},
+			{"create: 10^5 nested objects as a data value", "POST", cms, "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"deep"},"data":{"k":` + objects + `}}`},
+			{"create: 10^6 nested arrays (2 MB)", "POST", cms, "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"deep","x":` + strings.Repeat("[", 1e6) + strings.Repeat("]", 1e6) + `}}`},
+			{"merge patch: 10^5 levels", "PATCH", cms + "/target", "application/merge-patch+json", `{"data":{"k":` + arrays + `}}`},
+			{"strategic merge patch: 10^5 levels", "PATCH", cms + "/target", "application/strategic-merge-patch+json", `{"data":{"k":` + objects + `}}`},
+			{"JSON patch: 10^5 levels", "PATCH", cms + "/target", "application/json-patch+json", `[{"op":"add","path":"/data/x","value":` + arrays + `}]`},
+			{"apply patch: 10^5 levels", "PATCH", cms + "/target?fieldManager=hostile", "application/apply-patch+yaml", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"target"},"data":{"k":` + arrays + `}}`},
+			{"YAML create: 10^5 nested flow sequences", "POST", cms, "application/yaml", nestedObj},
+			{"YAML create: 10^5 nested flow mappings", "POST", cms, "application/yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep}\nx: " + strings.Repeat("{a: ", depth) + "1" + strings.Repeat("}", depth) + "\n"},
+			{"YAML create: billion laughs", "POST", cms, "application/yaml", hostileBillionLaughs()},
+			{"apply patch: billion laughs", "PATCH", cms + "/target?fieldManager=hostile", "application/apply-patch+yaml", hostileBillionLaughs()},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				start := time.Now()
+				code, msg := hostileDoMsg(t, admin, tc.method, tc.url, tc.ctype, []byte(tc.body))
+				took := time.Since(start)
+				t.Logf("%d after %s: %s", code, took.Round(time.Millisecond), msg)
+				if code != 400 && code != 422 {
+					t.Errorf("status %d, want a clean 400 or 422 refusal", code)
+				}
+				if took > 10*time.Second {
+					t.Errorf("took %s to refuse", took)
+				}
+			})
+		}
+		hostileAfter(t, s, rss)
+	})
+
+	t.Run("invalid protobuf", func(t *testing.T) {
+		rng := mrand.New(mrand.NewPCG(7, 11))
+		bodies := map[string][]byte{
+			"magic only":                          []byte("k8s\x00"),
+			"Unknown with a 2^40-byte raw field":  hostileProtobufUnknown([]byte{0x12, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20, 'a'}),
+			"ConfigMap claiming a 2^31-byte meta": hostileProtobufUnknown(append([]byte{0x12, 0x07}, []byte{0x0a, 0x80, 0x80, 0x80, 0x80, 0x08, 'x'}...)),
+		}
+		for i := 0; i < 40; i++ {
+			bodies[fmt.Sprintf("magic + %d random bytes #%d", 1<<(i%16), i)] = hostileProtobufGarbage(1<<(i%16), rng.Uint64())
+			raw := make([]byte, 1+rng.IntN(4096))
+			for j := range raw {
+				raw[j] = byte(rng.Uint32())
+			}
+			bodies[fmt.Sprintf("Unknown{v1 ConfigMap} + %d random raw bytes #%d", len(raw), i)] = hostileProtobufUnknown(append(append([]byte{0x12}, encbinary.AppendUvarint(nil, uint64(len(raw)))...), raw...))
+		}
+		counts := map[int]int{}
+		for name, body := range bodies {
+			code, msg := hostileDoMsg(t, admin, "POST", cms, "application/vnd.kubernetes.protobuf", body)
+			counts[code]++
+			// 422: random bytes that happen to decode as an (invalid) ConfigMap.
+			if code != 400 && code != 422 {
+				t.Errorf("%s: status %d, want 400 (or 422): %s", name, code, msg)
+			}
+		}
+		// Anonymous garbage is refused before it is decoded.
+		if code := hostileDo(t, anon, "POST", cms, "application/vnd.kubernetes.protobuf", hostileProtobufGarbage(1024, 3)); code != 401 {
+			t.Errorf("anonymous protobuf garbage: %d, want 401", code)
+		}
+		t.Logf("%d garbage protobuf bodies: statuses %v", len(bodies), counts)
+		hostileAfter(t, s, rss)
+	})
+
+	hostileConnections(t, s, rss)
+}
+
+// hostileAfter is the check after every attack: alive, /readyz 200, a
+// create and get work, RSS under the bound.
+func hostileAfter(t *testing.T, s *server, rss *loadRSS) {
+	t.Helper()
+	loadAssertHealthy(t, s)
+	if peak := rss.peak(); peak>>20 >= hostileRSSBudgetMiB {
+		t.Errorf("server RSS peaked at %d MiB, bound %d MiB", peak>>20, hostileRSSBudgetMiB)
+	}
+}
+
+// hostileHTTPClient is an HTTP client trusting the server's CA, with the
+// admin client certificate when admin is set and anonymous otherwise.
+func hostileHTTPClient(t *testing.T, s *server, admin bool) *http.Client {
+	t.Helper()
+	tlsc, err := hostileTLSConfig(s, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsc, ForceAttemptHTTP2: true}, Timeout: time.Minute}
+}
+
+func hostileTLSConfig(s *server, admin bool) (*tls.Config, error) {
+	c := rest.CopyConfig(s.config)
+	if !admin {
+		c = &rest.Config{Host: c.Host, TLSClientConfig: rest.TLSClientConfig{CAData: c.CAData, CAFile: c.CAFile}}
+	}
+	return rest.TLSConfigFor(c)
+}
+
+func hostileDo(t *testing.T, c *http.Client, method, url, ctype string, body []byte) int {
+	code, _ := hostileDoMsg(t, c, method, url, ctype, body)
+	return code
+}
+
+func hostileDoMsg(t *testing.T, c *http.Client, method, url, ctype string, body []byte) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", ctype)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	return resp.StatusCode, hostileOneLine(msg)
+}
+
+func hostileOneLine(b []byte) string {
+	s := strings.Join(strings.Fields(string(b)), " ")
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
+
+func hostileConfigMapJSON(name, value string) []byte {
+	return []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"` + name + `"},"data":{"k":"` + value + `"}}`)
+}
+
+// hostileBillionLaughs is a ConfigMap whose last key expands 9^10 times.
+func hostileBillionLaughs() string {
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: laughs\n")
+	b.WriteString(`a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]` + "\n")
+	for i := 1; i < 10; i++ {
+		refs := strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*a%d,", i-1), 9), ",")
+		fmt.Fprintf(&b, "a%d: &a%d [%s]\n", i, i, refs)
+	}
+	b.WriteString("data:\n  k: v\nx: *a9\n")
+	return b.String()
+}
+
+// hostileProtobufGarbage is the Kubernetes protobuf magic and n random bytes.
+func hostileProtobufGarbage(n int, seed uint64) []byte {
+	rng := mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, 4+n)
+	copy(b, "k8s\x00")
+	for i := 4; i < len(b); i++ {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// hostileProtobufUnknown wraps rest (the Unknown's fields after TypeMeta)
+// in the magic and a valid TypeMeta{v1, ConfigMap}.
+func hostileProtobufUnknown(rest []byte) []byte {
+	tm := append([]byte{0x0a, 2}, "v1"...)
+	tm = append(append(tm, 0x12, 9), "ConfigMap"...)
+	b := append([]byte("k8s\x00\x0a"), byte(len(tm)))
+	return append(append(b, tm...), rest...)
+}
+
+// hostileZeros is an endless JSON-ish body.
+type hostileZeros struct{}
+
+func (hostileZeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = ' '
+	}
+	return len(p), nil
+}
+
+// hostileStall yields prefix and then blocks until ctx ends.
+func hostileStall(ctx context.Context, prefix []byte) io.Reader {
+	return io.MultiReader(bytes.NewReader(prefix), hostileBlock{ctx})
+}
+
+type hostileBlock struct{ ctx context.Context }
+
+func (b hostileBlock) Read([]byte) (int, error) {
+	<-b.ctx.Done()
+	return 0, b.ctx.Err()
+}
+
+// hostileCounter counts the bytes the transport read from a request body.
+type hostileCounter struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *hostileCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// hostileConn is one attacking connection and when the server closed it.
+type hostileConn struct {
+	kind   string
+	conn   net.Conn
+	opened time.Time
+	closed atomic.Int64 // unix nanoseconds; 0 while open
+}
+
+// hostileConnections holds thousands of connections open against the
+// server: slowloris (TLS, HTTP/1.1 headers one byte a second), idle plain
+// TCP (no TLS handshake), idle TLS after the handshake (HTTP/1.1) and, in the
+// full form, idle HTTP/2 after the preface. A normal admin client on fresh
+// connections must be served meanwhile; the server must close every one of
+// them by itself and give back its file descriptors.
+func hostileConnections(t *testing.T, s *server, rss *loadRSS) {
+	t.Run("slow headers and idle connections", func(t *testing.T) {
+		sizes := []struct {
+			kind  string
+			n     int
+			bound time.Duration // the server must have closed them by then
+		}{
+			// ReadHeaderTimeout (32 s upstream) bounds the TLS handshake and the first request's headers.
+			{"slowloris", 200, 45 * time.Second},
+			{"idle-tcp", 1500, 45 * time.Second},
+			{"idle-tls", 1000, 45 * time.Second},
+		}
+		if loadFull() {
+			sizes[0].n, sizes[1].n, sizes[2].n = 1000, 6000, 4000
+			// HTTP/2 after the preface: the http2 server's IdleTimeout (90 s upstream).
+			sizes = append(sizes, struct {
+				kind  string
+				n     int
+				bound time.Duration
+			}{"idle-h2", 500, 120 * time.Second})
+		}
+		pid := s.cmd.Process.Pid
+		ours := hostileRaiseNofile(t)
+		theirs := hostileNofile(t, pid)
+		total := 0
+		for _, sz := range sizes {
+			total += sz.n
+		}
+		if limit := min(ours, theirs) - 2000; total > limit {
+			t.Fatalf("%d connections need more file descriptors than the limits allow (ours %d, server's %d)", total, ours, theirs)
+		}
+		addr := strings.TrimPrefix(s.config.Host, "https://")
+		anon, err := hostileTLSConfig(s, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fdsBefore, rssBefore := hostileFDs(pid), rss.current()
+		ctx, cancel := context.WithCancel(context.Background())
+		var conns []*hostileConn
+		defer func() {
+			cancel()
+			for _, c := range conns {
+				_ = c.conn.Close()
+			}
+		}()
+		opening := time.Now()
+		for _, sz := range sizes {
+			conns = append(conns, hostileOpen(ctx, t, addr, anon, sz.kind, sz.n)...)
+		}
+		t.Logf("opened %d connections in %s (server fds %d -> %d)", len(conns), time.Since(opening).Round(time.Millisecond), fdsBefore, hostileFDs(pid))
+
+		// A normal client, on a new connection each time, while the attack lasts.
+		admin, err := hostileTLSConfig(s, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		normal := &http.Client{Transport: &http.Transport{TLSClientConfig: admin, ForceAttemptHTTP2: true, DisableKeepAlives: true}, Timeout: 30 * time.Second}
+		var lat []time.Duration
+		fdsPeak := 0
+		deadline := opening.Add(sizes[len(sizes)-1].bound)
+		for i := 0; time.Now().Before(deadline) && hostileOpenCount(conns) > 0; i++ {
+			fdsPeak = max(fdsPeak, hostileFDs(pid))
+			start := time.Now()
+			method, url, body := "GET", s.config.Host+"/api/v1/namespaces/default/configmaps?limit=1", []byte(nil)
+			if i%4 == 0 {
+				method, url = "POST", s.config.Host+"/api/v1/namespaces/default/configmaps"
+				body = hostileConfigMapJSON(fmt.Sprintf("during-attack-%d", i), "v")
+			}
+			code := hostileDo(t, normal, method, url, "application/json", body)
+			lat = append(lat, time.Since(start))
+			if code != 200 && code != 201 {
+				t.Errorf("normal client during the attack: %s %s = %d", method, url, code)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		rssDuring := rss.peak()
+		slices.Sort(lat)
+		p := func(q float64) time.Duration {
+			return lat[min(len(lat)-1, int(q*float64(len(lat))))].Round(time.Millisecond)
+		}
+		t.Logf("normal client during the attack: %d requests on fresh connections, p50 %s, p99 %s, max %s", len(lat), p(0.5), p(0.99), lat[len(lat)-1].Round(time.Millisecond))
+		if lat[len(lat)-1] > 10*time.Second {
+			t.Errorf("a normal request took %s during the attack, want under 10 s", lat[len(lat)-1])
+		}
+
+		// How long each kind lived.
+		for _, sz := range sizes {
+			var lived []time.Duration
+			open := 0
+			for _, c := range conns {
+				if c.kind != sz.kind {
+					continue
+				}
+				if at := c.closed.Load(); at != 0 {
+					lived = append(lived, time.Unix(0, at).Sub(c.opened))
+				} else {
+					open++
+				}
+			}
+			slices.Sort(lived)
+			if len(lived) > 0 {
+				t.Logf("%s: %d connections, server closed %d after %s (min) / %s (median) / %s (max); %d still open",
+					sz.kind, sz.n, len(lived), lived[0].Round(time.Millisecond), lived[len(lived)/2].Round(time.Millisecond), lived[len(lived)-1].Round(time.Millisecond), open)
+			}
+			if open > 0 {
+				t.Errorf("%s: %d of %d connections still open %s after they were opened: the server does not close them", sz.kind, open, sz.n, sz.bound)
+			}
+		}
+		// The server gave back its descriptors.
+		var fdsAfter int
+		eventually(t, 30*time.Second, "the server to release the attack's file descriptors", func(context.Context) (bool, error) {
+			fdsAfter = hostileFDs(pid)
+			return fdsAfter < fdsBefore+100, fmt.Errorf("%d fds, %d before", fdsAfter, fdsBefore)
+		})
+		t.Logf("server fds: before %d, peak %d, after %d; RSS: before %d MiB, peak %d MiB, after %d MiB",
+			fdsBefore, fdsPeak, fdsAfter, rssBefore>>20, rssDuring>>20, rss.current()>>20)
+		hostileAfter(t, s, rss)
+	})
+}
+
+// hostileOpen opens n connections of a kind, 16 at a time, each watched by
+// a reader that records when the server closes it.
+func hostileOpen(ctx context.Context, t *testing.T, addr string, base *tls.Config, kind string, n int) []*hostileConn {
+	t.Helper()
+	conns := make([]*hostileConn, n)
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c, err := hostileDial(addr, base, kind)
+			if err != nil {
+				errs <- fmt.Errorf("%s #%d: %w", kind, i, err)
+				return
+			}
+			hc := &hostileConn{kind: kind, conn: c, opened: time.Now()}
+			conns[i] = hc
+			go func() {
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						hc.closed.Store(time.Now().UnixNano())
+						return
+					}
+				}
+			}()
+			if kind == "slowloris" {
+				go func() {
+					tk := time.NewTicker(time.Second)
+					defer tk.Stop()
+					for hc.closed.Load() == 0 {
+						select {
+						case <-ctx.Done():
+							return
+						case <-tk.C:
+						}
+						if _, err := c.Write([]byte("a")); err != nil {
+							return
+						}
+					}
+				}()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("open attack connection: %v", err)
+	}
+	return conns
+}
+
+func hostileDial(addr string, base *tls.Config, kind string) (net.Conn, error) {
+	raw, err := net.DialTimeout("tcp", addr, 30*time.Second)
+	if err != nil || kind == "idle-tcp" {
+		return raw, err
+	}
+	cfg := base.Clone()
+	cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	cfg.NextProtos = []string{"http/1.1"}
+	if kind == "idle-h2" {
+		cfg.NextProtos = []string{"h2"}
+	}
+	c := tls.Client(raw, cfg)
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if err := c.Handshake(); err != nil {
+		_ = raw.Close()
+		return nil, err
+	}
+	switch kind {
+	case "slowloris":
+		_, err = c.Write([]byte("GET /api/v1/namespaces HTTP/1.1\r\nHost: edgeplane\r\nX-Slow: "))
+	case "idle-h2":
+		// The client preface and an empty SETTINGS frame, then nothing.
+		_, err = c.Write(append([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 0, 0, 0, 4, 0, 0, 0, 0, 0))
+	}
+	_ = c.SetDeadline(time.Time{})
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func hostileOpenCount(conns []*hostileConn) int {
+	n := 0
+	for _, c := range conns {
+		if c.closed.Load() == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// hostileRaiseNofile lifts the test's soft RLIMIT_NOFILE to the hard limit
+// and returns it.
+func hostileRaiseNofile(t *testing.T) int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return int(min(lim.Cur, 1<<30))
+}
+
+// hostileNofile is the server's soft open-files limit from /proc/<pid>/limits.
+func hostileNofile(t *testing.T, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Max open files"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				if n, err := strconv.Atoi(f[0]); err == nil {
+					return n
+				}
+				return 1 << 30 // unlimited
+			}
+		}
+	}
+	t.Fatalf("no open-files limit in /proc/%d/limits", pid)
+	return 0
+}
+
+// hostileFDs counts the server's open file descriptors.
+func hostileFDs(pid int) int {
+	entries, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return len(entries)
+}
