@@ -22,7 +22,17 @@ const (
 	// DSN parameters that kine's pure-Go (modernc) sqlite driver honours: it
 	// translates _journal_mode, _busy_timeout and _synchronous into _pragma
 	// values and passes _txlock through. cache=shared is dropped without cgo.
-	sqliteParams = "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate"
+	// Other _pragma values pass through and run on every connection.
+	//
+	// journal_size_limit: SQLite never shrinks the -wal file by itself; after
+	// a checkpoint it writes again from the start of the file, which keeps
+	// the size of its largest burst (the startup VACUUM, a compaction, a
+	// checkpoint held back by readers under load). With a limit, the WAL is
+	// truncated back to it each time it is reset after a checkpoint (kine
+	// checkpoints after every compaction and SQLite every 1000 pages), so
+	// one burst does not keep its size on the card for good. 4 MiB is about
+	// one auto-checkpoint's worth of pages. See docs/reliability/storage.md.
+	sqliteParams = "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate&_pragma=journal_size_limit(4194304)"
 
 	// maxUnixPath is the usable length of sockaddr_un.sun_path on Linux.
 	maxUnixPath = 107
