@@ -75,7 +75,7 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (re
 		return fmt.Errorf("starting kine backend: %w", err)
 	}
 	// kine answers a wrong revision to a create of a deleted key (kinefix.go).
-	// backend = createRevisionFix{backend}
+	backend = createRevisionFix{backend}
 
 	// Upstream etcd's gRPC limits and keepalives, as kine sets them.
 	gs := grpc.NewServer(
