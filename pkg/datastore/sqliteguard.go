@@ -60,8 +60,10 @@ func (g *writeGuard) Create(ctx context.Context, key string, value []byte, lease
 
 // created tells whether a Create that returned rev without an error stored
 // the key: kine answers a refused create with the current revision and no
-// error. Reading the key as of rev (one indexed read) tells them apart: the
-// created row has exactly that revision.
+// error. Reading the key as of rev (one indexed read) tells them apart: a
+// stored create is live at the revision it answered (a create of a live key
+// fails with ErrKeyExists instead, so the live key is this create's), a
+// refused one is absent or deleted there.
 func (g *writeGuard) created(ctx context.Context, key string, rev int64) bool {
 	if rev == 0 {
 		return false
@@ -71,7 +73,7 @@ func (g *writeGuard) created(ctx context.Context, key string, rev int64) bool {
 		// Compacted already or the read failed: no evidence of a lost write.
 		return true
 	}
-	return kv != nil && kv.ModRevision == rev
+	return kv != nil
 }
 
 func (g *writeGuard) Update(ctx context.Context, key string, value []byte, revision, lease int64) (int64, *server.KeyValue, bool, error) {
