@@ -6,6 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/go-logr/logr"
 )
 
 const (
@@ -117,9 +121,33 @@ type fileOp struct {
 	created bool
 }
 
+// journalSuffix names the journal of a group that creates files: it lists
+// them and exists only while the group is being written, so that a crash
+// (SIGKILL, power loss) in the middle is rolled back by the next Ensure like
+// a failed write is (see recoverInterrupted).
+const journalSuffix = ".creating"
+
 // applyGroup performs ops in order. If one fails, files the group created
-// are removed so that, for example, a new CA never remains half-written.
+// are removed so that, for example, a new CA never remains half-written; if
+// the process dies instead, the group's journal has the next Ensure do it.
 func applyGroup(ops []fileOp) error {
+	var created []string
+	for _, op := range ops {
+		if op.created {
+			created = append(created, op.path)
+		}
+	}
+	if len(created) > 0 {
+		journal := filepath.Join(filepath.Dir(created[0]), "."+filepath.Base(created[0])+journalSuffix)
+		if err := writeAtomic(journal, []byte(strings.Join(created, "\n")+"\n"), keyMode); err != nil {
+			return err
+		}
+		defer func() {
+			if err := os.Remove(journal); err == nil {
+				_ = syncDir(filepath.Dir(journal))
+			}
+		}()
+	}
 	for i, op := range ops {
 		var err error
 		if op.data == nil {
@@ -148,4 +176,43 @@ func modeOf(path string) (os.FileMode, bool) {
 		return 0, false
 	}
 	return fi.Mode().Perm(), true
+}
+
+// recoverInterrupted rolls back the groups whose writing a crash interrupted:
+// it removes the files their journals list (only within dirs) and the
+// journals. Nothing outside Ensure has used such files yet: a group's files
+// are published only once all of them are written, and groups that depend on
+// it (the leaves a new CA signs) are written after it.
+func recoverInterrupted(log logr.Logger, dirs ...string) error {
+	for i := range dirs {
+		dirs[i] = filepath.Clean(dirs[i])
+	}
+	for _, dir := range dirs {
+		journals, err := filepath.Glob(filepath.Join(dir, ".*"+journalSuffix))
+		if err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+		for _, journal := range journals {
+			data, err := os.ReadFile(journal)
+			if err != nil {
+				return fmt.Errorf("tls: cannot read %s: %v", journal, causeOf(err))
+			}
+			for _, path := range strings.Fields(string(data)) {
+				if !slices.Contains(dirs, filepath.Dir(path)) {
+					continue
+				}
+				log.Info("Removing a file of an interrupted certificate write", "path", path, "journal", journal)
+				if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("tls: cannot remove %s (left by an interrupted write): %v", path, causeOf(err))
+				}
+			}
+			if err := os.Remove(journal); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("tls: cannot remove %s: %v", journal, causeOf(err))
+			}
+			if err := syncDir(dir); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -136,6 +136,9 @@ func ensure(ctx context.Context, o Options) (*PKI, []string, error) {
 	if err := ensureDir(o.KubeconfigDir, false); err != nil {
 		return nil, nil, err
 	}
+	if err := recoverInterrupted(log, o.Dir, filepath.Dir(pki.EtcdCA.Cert), o.KubeconfigDir); err != nil {
+		return nil, nil, err
+	}
 
 	p := &planner{now: o.Now(), leafValidity: o.LeafValidity, log: log}
 	var serverCA, clientCA, frontProxyCA, etcdCA *caState
