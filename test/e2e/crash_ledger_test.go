@@ -1,0 +1,284 @@
+package e2e
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// crashLabel marks the ConfigMaps of the crash writers.
+const crashLabel = "edgeplane-crash-writer"
+
+// crashState is one version of an object: present with data at rv, or absent.
+type crashState struct {
+	exists bool
+	data   map[string]string
+	rv     uint64
+}
+
+func (s crashState) String() string {
+	if !s.exists {
+		return "absent"
+	}
+	return fmt.Sprintf("seq %s (rv %d)", s.data["seq"], s.rv)
+}
+
+// crashObject is one ConfigMap, written by a single writer only, so the
+// order of its versions is the order of that writer's requests.
+type crashObject struct {
+	name    string
+	cur     crashState  // last acknowledged (or verified after a restart) state
+	pending *crashState // the write in flight when the server died: it may or may not have landed
+	op      string      // pending's operation, for messages
+}
+
+// crashLedger records every acknowledged write of every writer.
+type crashLedger struct {
+	objects [][]*crashObject // objects[w] belong to writer w
+	seq     []int            // last sequence number of writer w
+	floor   uint64           // every write acknowledged after a restart must have a larger RV
+
+	mu         sync.Mutex
+	maxAcked   uint64   // largest resourceVersion acknowledged so far
+	violations []string // ordering errors seen while writing
+}
+
+func newCrashLedger(writers, objects int) *crashLedger {
+	l := &crashLedger{objects: make([][]*crashObject, writers), seq: make([]int, writers)}
+	for w := range writers {
+		for k := range objects {
+			l.objects[w] = append(l.objects[w], &crashObject{name: fmt.Sprintf("crash-w%d-%d", w, k)})
+		}
+	}
+	return l
+}
+
+// crashCycle counts one write-and-kill cycle.
+type crashCycle struct{ acked, unknown int }
+
+// writeAndKill runs the writers against s for run, SIGKILLs s while they
+// write and waits for every writer to see its server gone.
+func (l *crashLedger) writeAndKill(t *testing.T, s *server, seed, ds, cycle uint64, run time.Duration) crashCycle {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	killed := make(chan struct{}) // closed once the SIGKILL is sent
+	counts := make([]crashCycle, len(l.objects))
+	var wg sync.WaitGroup
+	for w := range l.objects {
+		wg.Go(func() {
+			counts[w] = l.write(ctx, t, s.client, w, crashRand(seed, ds, cycle, uint64(w)+1000), killed)
+		})
+	}
+	select {
+	case <-time.After(run):
+	case <-s.exited:
+		t.Fatalf("edgeplane exited while the writers ran (%v):\n%s", s.exitErr, tail(s.output.String()))
+	}
+	close(killed)
+	crashKill(t, s, "while writing")
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		cancel()
+		t.Fatal("writers still blocked 2 minutes after the kill")
+	}
+	l.mu.Lock()
+	for _, v := range l.violations {
+		t.Error(v)
+	}
+	l.violations = nil
+	l.mu.Unlock()
+	var sum crashCycle
+	for _, c := range counts {
+		sum.acked += c.acked
+		sum.unknown += c.unknown
+	}
+	return sum
+}
+
+// write is writer w: creates, updates and deletes of its own ConfigMaps,
+// one at a time, until a request fails (normally because the server died).
+func (l *crashLedger) write(ctx context.Context, t *testing.T, c *kubernetes.Clientset, w int, rng *rand.Rand, killed <-chan struct{}) crashCycle {
+	cms := c.CoreV1().ConfigMaps("default")
+	var res crashCycle
+	var last uint64 // RV of this writer's previous acknowledged write
+	for {
+		o := l.objects[w][rng.IntN(len(l.objects[w]))]
+		l.seq[w]++
+		data := map[string]string{
+			"writer": strconv.Itoa(w),
+			"seq":    strconv.Itoa(l.seq[w]),
+			"pad":    crashPad(rng),
+		}
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: o.name, Namespace: "default", Labels: map[string]string{crashLabel: strconv.Itoa(w)}},
+			Data:       data,
+		}
+		var got *corev1.ConfigMap
+		var err error
+		switch {
+		case !o.cur.exists:
+			o.op, o.pending = "create", &crashState{exists: true, data: data}
+			got, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+		case rng.IntN(100) < 15:
+			rv := strconv.FormatUint(o.cur.rv, 10)
+			o.op, o.pending = "delete", &crashState{}
+			err = cms.Delete(ctx, o.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		default:
+			cm.ResourceVersion = strconv.FormatUint(o.cur.rv, 10)
+			o.op, o.pending = "update", &crashState{exists: true, data: data}
+			got, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			if crashRejected(err) {
+				// A definite refusal: nothing was written, and nothing should have been refused.
+				o.pending = nil
+				l.violate("writer %d: %s %s (seq %d) refused: %v", w, o.op, o.name, l.seq[w], err)
+			} else {
+				res.unknown++
+				select {
+				case <-killed:
+				default:
+					t.Logf("writer %d: %s %s failed before the kill (outcome unknown): %v", w, o.op, o.name, err)
+				}
+			}
+			return res
+		}
+		next := crashState{}
+		if got != nil {
+			rv, perr := strconv.ParseUint(got.ResourceVersion, 10, 64)
+			if perr != nil {
+				l.violate("writer %d: %s %s: resourceVersion %q is not an integer", w, o.op, o.name, got.ResourceVersion)
+				return res
+			}
+			if !maps.Equal(got.Data, data) {
+				l.violate("writer %d: %s %s answered data seq %s, sent seq %d", w, o.op, o.name, got.Data["seq"], l.seq[w])
+			}
+			switch {
+			case rv <= l.floor:
+				l.violate("writer %d: %s %s acknowledged at rv %d, not above rv %d acknowledged before the restart", w, o.op, o.name, rv, l.floor)
+			case rv <= o.cur.rv:
+				l.violate("writer %d: %s %s acknowledged at rv %d, not above its previous rv %d", w, o.op, o.name, rv, o.cur.rv)
+			case rv <= last:
+				l.violate("writer %d: %s %s acknowledged at rv %d, not above this writer's previous write at rv %d", w, o.op, o.name, rv, last)
+			}
+			last = rv
+			next = crashState{exists: true, data: data, rv: rv}
+			l.mu.Lock()
+			l.maxAcked = max(l.maxAcked, rv)
+			l.mu.Unlock()
+		}
+		o.cur, o.pending = next, nil
+		res.acked++
+	}
+}
+
+// crashRejected reports a definite API refusal (the write did not happen),
+// as opposed to a lost connection or a server error with unknown outcome.
+func crashRejected(err error) bool {
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) {
+		return false
+	}
+	code := se.Status().Code
+	return code >= 400 && code < 500 && code != 408 && code != 429
+}
+
+func (l *crashLedger) violate(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.violations = append(l.violations, fmt.Sprintf(format, args...))
+}
+
+// crashPad is 32 to 256 random bytes, hex: payloads of varying size.
+func crashPad(rng *rand.Rand) string {
+	b := make([]byte, 32+rng.IntN(225))
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return hex.EncodeToString(b)
+}
+
+// verify checks the restarted server s against the ledger and returns the
+// number of acknowledged writes it lost. Each object must be in its last
+// acknowledged state, or in the state of the write in flight at the kill;
+// resourceVersions must not go back. Then the ledger adopts what the server
+// holds (resolving the in-flight writes) for the next cycle.
+func (l *crashLedger) verify(t *testing.T, s *server, what string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list, err := s.client.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{LabelSelector: crashLabel})
+	if err != nil {
+		t.Fatalf("%s: list after restart: %v", what, err)
+	}
+	listRV, err := strconv.ParseUint(list.ResourceVersion, 10, 64)
+	if err != nil {
+		t.Fatalf("%s: list resourceVersion %q is not an integer", what, list.ResourceVersion)
+	}
+	if listRV < l.maxAcked {
+		t.Errorf("%s: list resourceVersion %d after restart is below the largest acknowledged %d", what, listRV, l.maxAcked)
+	}
+	found := map[string]crashState{}
+	for _, cm := range list.Items {
+		rv, err := strconv.ParseUint(cm.ResourceVersion, 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %s resourceVersion %q is not an integer", what, cm.Name, cm.ResourceVersion)
+		}
+		found[cm.Name] = crashState{exists: true, data: cm.Data, rv: rv}
+	}
+	lost := 0
+	for _, objs := range l.objects {
+		for _, o := range objs {
+			got := found[o.name]
+			delete(found, o.name)
+			pend := "none"
+			if o.pending != nil {
+				pend = o.op + " to " + o.pending.String()
+			}
+			switch {
+			case crashSame(got, o.cur):
+				if got.exists && got.rv != o.cur.rv {
+					t.Errorf("%s: %s holds its acknowledged %s at rv %d", what, o.name, o.cur, got.rv)
+				}
+			case o.pending != nil && crashSame(got, *o.pending):
+				if got.exists && got.rv <= o.cur.rv {
+					t.Errorf("%s: %s holds the in-flight %s at rv %d, not above the acknowledged rv %d", what, o.name, o.op, got.rv, o.cur.rv)
+				}
+			default:
+				lost++
+				t.Errorf("%s: %s is %s after the restart; acknowledged: %s, in flight at the kill: %s", what, o.name, got, o.cur, pend)
+			}
+			o.cur, o.pending = got, nil
+		}
+	}
+	for name, st := range found {
+		t.Errorf("%s: %s exists (%s) but no writer ever wrote it", what, name, st)
+	}
+	l.floor = listRV
+	l.maxAcked = max(l.maxAcked, listRV)
+	return lost
+}
+
+// crashSame compares an object's contents (not its resourceVersion).
+func crashSame(a, b crashState) bool {
+	if a.exists != b.exists {
+		return false
+	}
+	return !a.exists || maps.Equal(a.data, b.data)
+}

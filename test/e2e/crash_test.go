@@ -1,0 +1,197 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Crash safety (issue 7): concurrent clients write ConfigMaps, the whole
+// edgeplane process is SIGKILLed at a random moment and restarted on the same
+// data dir; every acknowledged write must survive with its resourceVersion
+// order intact. crash_ledger_test.go holds the writers and the checks,
+// crash_startup_test.go the kills during start-up.
+
+// crashPlan sizes one run: the CI form by default, the full form with
+// EDGEPLANE_RELIABILITY_FULL=1.
+type crashPlan struct {
+	full         bool
+	seed         uint64
+	cycles       int           // kill/restart cycles per datastore
+	writers      int           // concurrent writer goroutines
+	objects      int           // ConfigMaps owned by each writer
+	minRun       time.Duration // writers run at least this long before the kill
+	maxRun       time.Duration // and at most this long
+	startupFresh int           // start-up kills on a fresh data dir, per datastore
+	startupExist int           // start-up kills on a populated data dir, per datastore
+}
+
+func crashPlanFromEnv(t *testing.T) crashPlan {
+	t.Helper()
+	p := crashPlan{cycles: 3, writers: 6, objects: 8, minRun: 400 * time.Millisecond, maxRun: 1500 * time.Millisecond,
+		startupFresh: 3, startupExist: 2}
+	if os.Getenv("EDGEPLANE_RELIABILITY_FULL") == "1" {
+		p.full = true
+		p.cycles, p.writers, p.minRun, p.maxRun = 20, 8, 200*time.Millisecond, 4*time.Second
+		p.startupFresh, p.startupExist = 6, 6
+	}
+	p.seed = uint64(time.Now().UnixNano())
+	if s := os.Getenv("EDGEPLANE_CRASH_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("EDGEPLANE_CRASH_SEED=%q: %v", s, err)
+		}
+		p.seed = v
+	}
+	t.Logf("crash seed %d (replay the kill moments and operations with EDGEPLANE_CRASH_SEED=%d), full form: %v", p.seed, p.seed, p.full)
+	return p
+}
+
+// crashRand derives an independent, reproducible stream from the run's seed.
+func crashRand(seed uint64, parts ...uint64) *rand.Rand {
+	s2 := uint64(0x9e3779b97f4a7c15)
+	for _, p := range parts {
+		s2 = s2*31 + p + 1
+	}
+	return rand.New(rand.NewPCG(seed, s2))
+}
+
+// crashDatastoreIndex numbers the datastores for crashRand.
+func crashDatastoreIndex(ds string) uint64 {
+	return uint64(slices.Index(datastoreCases, ds) + 1)
+}
+
+// crashStart launches edgeplane on dir and waits for its ready line; it
+// returns the server with a client and the time from exec to ready.
+func crashStart(t *testing.T, dir, ds string) (*server, time.Duration) {
+	t.Helper()
+	begin := time.Now()
+	s := launch(t, dir, "--datastore", ds)
+	select {
+	case <-s.ready:
+	case <-s.exited:
+		t.Fatalf("edgeplane (%s) exited before ready after a crash (%v):\n%s", ds, s.exitErr, tail(s.output.String()))
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("edgeplane (%s) not ready 3 minutes after exec:\n%s", ds, tail(s.output.String()))
+	}
+	recovery := time.Since(begin)
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	if err != nil {
+		t.Fatalf("load %s: %v", s.kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst, cfg.Timeout = 1000, 1000, 30*time.Second
+	s.config = cfg
+	s.client = kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	body, err := s.client.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil || string(body) != "ok" {
+		t.Fatalf("GET /readyz after the ready line: %q, %v", body, err)
+	}
+	return s, recovery
+}
+
+// crashKill SIGKILLs s and checks that it was still running and died of the
+// signal: a server that exited on its own is a failure of the previous step.
+func crashKill(t *testing.T, s *server, when string) {
+	t.Helper()
+	select {
+	case <-s.exited:
+		t.Fatalf("edgeplane exited on its own (%v) before the SIGKILL %s:\n%s", s.exitErr, when, tail(s.output.String()))
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-s.exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("edgeplane still running a minute after SIGKILL %s", when)
+	}
+	var ee *exec.ExitError
+	if !errors.As(s.exitErr, &ee) {
+		t.Fatalf("edgeplane exit after SIGKILL %s: %v", when, s.exitErr)
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("edgeplane ended with %v instead of dying of the SIGKILL %s:\n%s", s.exitErr, when, tail(s.output.String()))
+	}
+}
+
+// crashDurations summarises recovery times.
+type crashDurations []time.Duration
+
+func (d crashDurations) String() string {
+	if len(d) == 0 {
+		return "none"
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return fmt.Sprintf("p50 %.2f s, max %.2f s (n=%d)", s[(len(s)-1)/2].Seconds(), s[len(s)-1].Seconds(), len(s))
+}
+
+// TestCrashKillRestart writes with concurrent clients, SIGKILLs the server at
+// a random moment, restarts it on the same data dir and checks every
+// acknowledged write, per datastore.
+func TestCrashKillRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills and restarts the real server")
+	}
+	plan := crashPlanFromEnv(t)
+	var mu sync.Mutex
+	var summaries []string
+	for _, ds := range datastoreCases {
+		t.Run(ds, func(t *testing.T) {
+			t.Parallel()
+			sum := crashKillRestart(t, plan, ds)
+			mu.Lock()
+			summaries = append(summaries, sum)
+			mu.Unlock()
+		})
+	}
+	t.Cleanup(func() {
+		for _, s := range summaries {
+			t.Log(s)
+		}
+	})
+}
+
+func crashKillRestart(t *testing.T, plan crashPlan, ds string) string {
+	dir := t.TempDir()
+	rng := crashRand(plan.seed, crashDatastoreIndex(ds))
+	ledger := newCrashLedger(plan.writers, plan.objects)
+	s, recovery := crashStart(t, dir, ds)
+	t.Logf("%s: first start ready in %.2f s", ds, recovery.Seconds())
+	var recoveries crashDurations
+	var acked, unknown, lost int
+	for cycle := 1; cycle <= plan.cycles; cycle++ {
+		run := plan.minRun + time.Duration(rng.Int64N(int64(plan.maxRun-plan.minRun)))
+		res := ledger.writeAndKill(t, s, plan.seed, crashDatastoreIndex(ds), uint64(cycle), run)
+		acked += res.acked
+		unknown += res.unknown
+		if res.acked == 0 {
+			t.Fatalf("%s cycle %d: no write was acknowledged in %s before the kill", ds, cycle, run)
+		}
+		s, recovery = crashStart(t, dir, ds)
+		recoveries = append(recoveries, recovery)
+		l := ledger.verify(t, s, fmt.Sprintf("%s cycle %d", ds, cycle))
+		lost += l
+		t.Logf("%s cycle %d: killed after %s: %d writes acknowledged, %d in flight, %d lost; recovery (exec to ready) %.2f s",
+			ds, cycle, run.Round(time.Millisecond), res.acked, res.unknown, l, recovery.Seconds())
+	}
+	s.stop()
+	if lost != 0 {
+		t.Errorf("%s: %d acknowledged writes lost", ds, lost)
+	}
+	return fmt.Sprintf("crash summary %s: seed %d, %d kill/restart cycles, %d writers, %d writes acknowledged, %d in flight at the kills, %d lost; recovery %s",
+		ds, plan.seed, plan.cycles, plan.writers, acked, unknown, lost, recoveries)
+}
