@@ -48,6 +48,8 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 		// Servers that share a datastore elect one controller-manager and
 		// one scheduler among them.
 		LeaderElect: o.sharedDatastore(),
+		MaxWorkers:  o.Profile.ControllerWorkers,
+		Lean:        o.Profile.LeanControllers,
 	}
 	if !o.Disabled[componentControllerManager] {
 		cm, err := controllers.NewControllerManager(opts)

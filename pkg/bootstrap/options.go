@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/edgeplane/edgeplane/pkg/controllers"
+	"github.com/edgeplane/edgeplane/pkg/preflight"
 )
 
 // Datastore kinds the server can run.
@@ -37,6 +38,7 @@ type Options struct {
 	Disable             []string
 	ClusterCIDR         string
 	AllocateNodeCIDRs   bool
+	Profile             string
 	Day2                Day2Options
 	Cluster             ClusterOptions
 }
@@ -53,6 +55,7 @@ func NewOptions() *Options {
 		WriteKubeconfigMode: "0600",
 		CompactionInterval:  15 * time.Minute,
 		ClusterCIDR:         controllers.DefaultClusterCIDR,
+		Profile:             ProfileAuto,
 		Day2:                newDay2Options(),
 		Cluster:             newClusterOptions(),
 	}
@@ -85,6 +88,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.Disable, "disable", o.Disable, "Components not to run, comma-separated (repeatable): "+strings.Join(disableable, ", ")+".")
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", o.ClusterCIDR, "Pod network: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma.")
 	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", o.AllocateNodeCIDRs, "Give each Node a pod CIDR from --cluster-cidr.")
+	fs.StringVar(&o.Profile, "profile", o.Profile, "Resource profile: "+strings.Join(profiles, ", ")+". small is for 512 MB-1 GB boards (less memory; no OpenAPI v2 document); auto picks small on hosts with 1.5 GiB of memory or less.")
 	o.Day2.AddFlags(fs)
 	o.Cluster.AddFlags(fs)
 }
@@ -108,8 +112,10 @@ type completedOptions struct {
 	Disabled          map[string]bool
 	ClusterCIDR       string
 	AllocateNodeCIDRs bool
-	Day2              day2Completed
-	Cluster           clusterCompleted
+	// Profile holds the resolved --profile's settings.
+	Profile profile
+	Day2    day2Completed
+	Cluster clusterCompleted
 
 	// problems found while parsing, reported by Validate with the rest.
 	problems []error
@@ -174,6 +180,11 @@ func (o *Options) Complete() (CompletedOptions, error) {
 		bad("--service-cidr %q is not a CIDR: %v", o.ServiceCIDR, err)
 	} else {
 		c.ServiceCIDR = cidr
+	}
+	if name, err := ResolveProfile(o.Profile, preflight.HostMemory()); err != nil {
+		c.problems = append(c.problems, err)
+	} else {
+		c.Profile = profileSettings(name)
 	}
 	var disableErrs []error
 	c.Disabled, disableErrs = parseDisable(o.Disable)

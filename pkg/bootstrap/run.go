@@ -29,7 +29,7 @@ const (
 // Run starts the control plane and blocks until ctx is cancelled (shutdown)
 // or a component fails. It returns nil after a clean shutdown.
 func Run(ctx context.Context, o CompletedOptions) error {
-	tuneGoRuntime(ctx)
+	tuneGoRuntime(ctx, o.Profile.GCPercent)
 	s, err := start(ctx, o)
 	if err != nil {
 		return err
@@ -61,6 +61,7 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 		}
 	}()
 
+	logger.Info("Starting edgeplane", "profile", o.Profile.Name, "datastore", o.Datastore)
 	phase := time.Now()
 	lock, err := prepareDataDir(o.DataDir)
 	if err != nil {
@@ -135,6 +136,7 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 		SharedDatastore:    o.sharedDatastore(),
 		StateDir:           filepath.Join(o.DataDir, "config"),
 		CompactionInterval: o.CompactionInterval,
+		Tuning:             o.Profile.Chain,
 		Files:              chainFiles(pki),
 		Storage: chain.Storage{
 			Endpoints: storage.Endpoints,

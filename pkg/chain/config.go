@@ -61,6 +61,8 @@ type Config struct {
 	ReadyzChecks []healthz.HealthChecker
 	// InformerResync is the loopback informers' resync period (default 12h).
 	InformerResync time.Duration
+	// Tuning holds the resource profile's API server settings (optional).
+	Tuning Tuning
 	// ShutdownWatchGrace bounds how long watches may take to drain on Stop (default 2s).
 	ShutdownWatchGrace time.Duration
 }

@@ -72,5 +72,6 @@ func buildOptions(c *Config, authnConfigFile string) (*options.ServerRunOptions,
 	reconciler, count := endpointReconciler(c.SharedDatastore)
 	s.EndpointReconcilerType, s.MasterCount = string(reconciler), count
 	applyDay2(s, c.Day2)
+	applyTuningOptions(s, c.Tuning)
 	return s, nil
 }

@@ -52,4 +52,5 @@ func tune(config *app.Config, c *Config) {
 		generic.DisabledPostStartHooks = sets.NewString()
 	}
 	generic.DisabledPostStartHooks.Insert(disabledHooks(c)...)
+	applyTuningConfig(config, c.Tuning)
 }

@@ -59,6 +59,13 @@ type Options struct {
 	// component (kube-controller-manager / kube-scheduler). Leave it off for a
 	// single server; turn it on when several servers share a datastore.
 	LeaderElect bool
+
+	// MaxWorkers caps each controller's concurrent syncs (0: upstream's
+	// defaults); the small profile sets it.
+	MaxWorkers int32
+	// Lean turns off controllers an edge host can do without, for memory
+	// (the small profile; see leanDisabledControllers).
+	Lean bool
 }
 
 // clusterCIDR is ClusterCIDR with the default applied, in the canonical

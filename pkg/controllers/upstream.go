@@ -48,6 +48,12 @@ func controllerManagerOptions(o *Options) (*cmoptions.KubeControllerManagerOptio
 	s.Generic.ClientConnection.Burst = clientBurst
 
 	s.Generic.Controllers = append([]string{"*"}, extraControllers...)
+	capWorkers(s, o.MaxWorkers)
+	if o.Lean {
+		for _, name := range leanDisabledControllers {
+			s.Generic.Controllers = append(s.Generic.Controllers, "-"+name)
+		}
+	}
 
 	// Upstream leader election exits the process when it ends; see runner.go.
 	s.Generic.LeaderElection.LeaderElect = false

@@ -85,6 +85,9 @@ func (s *etcdStore) applyCluster(ctx context.Context, cfg *embed.Config, lg logr
 	// certificate of our etcd CA.
 	cfg.PeerTLSInfo.ClientCertAuth = true
 	cfg.StrictReconfigCheck = true
+	// Peers on other hosts: etcd's own raft timers, not the lone member's.
+	defaults := embed.NewConfig()
+	cfg.TickMs, cfg.ElectionMs = defaults.TickMs, defaults.ElectionMs
 
 	if _, err := os.Stat(filepath.Join(s.dir, "member")); err == nil || len(c.JoinEndpoints) == 0 {
 		return nil // a restart (the data dir knows the cluster) or the first server

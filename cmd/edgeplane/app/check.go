@@ -30,9 +30,9 @@ func newCheckCommand() *cobra.Command {
 			if abs, err := filepath.Abs(dataDir); err == nil {
 				dataDir = abs
 			}
-			var profile string
-			if f := cmd.Flags().Lookup("profile"); f != nil {
-				profile = f.Value.String()
+			profile, err := bootstrap.ResolveProfile(o.Profile, preflight.HostMemory())
+			if err != nil {
+				return err
 			}
 			findings := preflight.Run(preflight.Options{
 				DataDir:     dataDir,

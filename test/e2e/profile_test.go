@@ -1,0 +1,67 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestSmallProfile runs the control plane with --profile small: the trimmed
+// settings must keep what kubectl users rely on (apply twice, explain,
+// Deployments reconciled) while the OpenAPI v2 document is gone.
+func TestSmallProfile(t *testing.T) {
+	s := startServer(t, t.TempDir(), "--profile", "small")
+	if out := s.output.String(); !strings.Contains(out, `"Starting edgeplane" logger="edgeplane" profile="small"`) {
+		t.Fatalf("the start-up log does not name the small profile:\n%s", tail(out))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for path, want := range map[string]int{"/openapi/v2": http.StatusNotFound, "/openapi/v3": http.StatusOK, "/readyz": http.StatusOK} {
+		var code int
+		s.client.Discovery().RESTClient().Get().AbsPath(path).Do(ctx).StatusCode(&code)
+		if code != want {
+			t.Errorf("GET %s = %d, want %d", path, code, want)
+		}
+	}
+
+	manifest := filepath.Join(t.TempDir(), "web.yaml")
+	deployment := func(replicas string) {
+		t.Helper()
+		doc := strings.ReplaceAll(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, labels: {app: web}}
+spec:
+  replicas: REPLICAS
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: nginx}]}
+`, "REPLICAS", replicas)
+		if err := os.WriteFile(manifest, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// Client-side apply computes a three-way patch from OpenAPI v3.
+		if out, err := s.kubectl("apply", "-f", manifest); err != nil {
+			t.Fatalf("kubectl apply (replicas %s): %v\n%s", replicas, err, out)
+		}
+	}
+	deployment("1")
+	deployment("2")
+	if out, err := s.kubectl("explain", "deployment.spec.replicas"); err != nil || !strings.Contains(out, "replicas") {
+		t.Fatalf("kubectl explain: %v\n%s", err, out)
+	}
+	eventually(t, 30*time.Second, "the Deployment's ReplicaSet with 2 replicas", func(ctx context.Context) (bool, error) {
+		rss, err := s.client.AppsV1().ReplicaSets("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil || len(rss.Items) != 1 || rss.Items[0].Spec.Replicas == nil {
+			return false, err
+		}
+		return *rss.Items[0].Spec.Replicas == 2, nil
+	})
+	s.stop()
+}
