@@ -69,6 +69,7 @@ func TestHostile(t *testing.T) {
 			{"admin create 256 MiB streamed without length", admin, "POST", cms, "application/json", func(context.Context) io.Reader { return io.LimitReader(hostileZeros{}, 256<<20) }, -1, 413, false},
 			{"admin create declaring 1 GiB, sending 1 KiB", admin, "POST", cms, "application/json", func(ctx context.Context) io.Reader { return hostileStall(ctx, bytes.Repeat([]byte{' '}, 1024)) }, 1 << 30, 504, true},
 			{"anonymous create 4 MiB JSON", anon, "POST", cms, "application/json", fixed(big), int64(len(big)), 401, false},
+			{"anonymous create declaring 1 GiB, sending 1 KiB", anon, "POST", cms, "application/json", func(ctx context.Context) io.Reader { return hostileStall(ctx, bytes.Repeat([]byte{' '}, 1024)) }, 1 << 30, 401, false},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				if tc.full && !loadFull() {

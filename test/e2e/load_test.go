@@ -109,7 +109,8 @@ func loadRun(t *testing.T, s *server, tool string, duration time.Duration) {
 	out, runErr := cmd.CombinedOutput()
 	rssMax, rssEnd := rss.stop()
 	t.Logf("bench/cmd/load (%s):\n%s", strings.Join(cmd.Args[1:], " "), loadWithoutJSON(string(out)))
-	t.Logf("server RSS sampled by the test: start %d MiB, max %d MiB, end %d MiB (budget %d MiB)", rssStart>>20, rssMax>>20, rssEnd>>20, loadRSSBudgetMiB)
+	t.Logf("server RSS sampled by the test: start %d MiB, max %d MiB, end %d MiB (budget %d MiB); at the end %s",
+		rssStart>>20, rssMax>>20, rssEnd>>20, loadRSSBudgetMiB, loadRSSParts(pid))
 
 	raw, err := os.ReadFile(jsonPath)
 	if err != nil {
@@ -257,6 +258,22 @@ func loadReadRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// loadRSSParts is the anonymous/file/shmem split of the RSS (file-backed
+// pages are mostly the datastore's mmap: bbolt for etcd, SQLite's shm).
+func loadRSSParts(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "Rss") {
+			parts = append(parts, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // loadWithoutJSON drops the tool's one-line JSON summary from its output.
