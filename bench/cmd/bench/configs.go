@@ -25,6 +25,7 @@ type configuration struct {
 	Edgeplane bool   // one edgeplane process, else upstream kube-apiserver + a datastore process
 	Datastore string // edgeplane: sqlite or etcd; upstream: etcd or kine
 	Bare      bool   // edgeplane without controller-manager and scheduler
+	Profile   string // edgeplane --profile; empty: default (this benchmark's hosts are not small)
 }
 
 // configurations lists what the benchmark can run, by name.
@@ -33,11 +34,12 @@ var configurations = []configuration{
 	{Name: "upstream-kine", About: "upstream kube-apiserver + kine on SQLite, two processes (k3s's datastore)", Datastore: "kine"},
 	{Name: "edgeplane-sqlite", About: "edgeplane, SQLite: apiserver chain + controller-manager + scheduler, one process", Edgeplane: true, Datastore: "sqlite"},
 	{Name: "edgeplane-etcd", About: "edgeplane, embedded etcd: apiserver chain + controller-manager + scheduler", Edgeplane: true, Datastore: "etcd"},
+	{Name: "edgeplane-sqlite-small", About: "edgeplane, SQLite, the whole control plane with --profile small (512 MB-1 GB boards)", Edgeplane: true, Datastore: "sqlite", Profile: "small"},
 	{Name: "edgeplane-sqlite-apiserver", About: "edgeplane, SQLite, --disable=controller-manager,scheduler (a bare apiserver, apples to apples)", Edgeplane: true, Datastore: "sqlite", Bare: true},
 	{Name: "edgeplane-etcd-apiserver", About: "edgeplane, embedded etcd, --disable=controller-manager,scheduler", Edgeplane: true, Datastore: "etcd", Bare: true},
 }
 
-const defaultConfigs = "upstream-etcd,upstream-kine,edgeplane-sqlite,edgeplane-etcd,edgeplane-sqlite-apiserver"
+const defaultConfigs = "upstream-etcd,upstream-kine,edgeplane-sqlite,edgeplane-etcd,edgeplane-sqlite-small,edgeplane-sqlite-apiserver"
 
 func configByName(name string) (configuration, bool) {
 	for _, c := range configurations {
@@ -113,6 +115,11 @@ func start(c configuration, binDir, dataDir, logDir string, env, extra []string)
 		if c.Bare {
 			args = append(args, "--disable", "controller-manager,scheduler")
 		}
+		profile := c.Profile
+		if profile == "" {
+			profile = "default"
+		}
+		args = append(args, "--profile", profile)
 		args = append(args, extra...)
 		in.started = time.Now()
 		p, err := startProc("edgeplane", filepath.Join(binDir, "edgeplane"), args, env, logName("edgeplane"))
