@@ -98,7 +98,8 @@ func (g *writeGuard) Delete(ctx context.Context, key string, revision int64) (in
 
 // Get fails the API server's health probe while writes are failing.
 func (g *writeGuard) Get(ctx context.Context, key string, revision int64, keysOnly bool) (int64, *server.KeyValue, error) {
-	if strings.HasSuffix(key, "/health") {
+	// The probe's key is path.Join("/", prefix, "health"): "/registry/health".
+	if strings.HasSuffix(key, "/health") && strings.Count(key, "/") == 2 {
 		if err := g.healthy(ctx); err != nil {
 			return 0, nil, err
 		}
