@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -164,6 +165,73 @@ func faultReadyz(s *server) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// faultWatchReadyz polls /readyz for d after a recovery and logs every
+// stretch in which it was not 200, with the checks that failed.
+func faultWatchReadyz(t *testing.T, s *server, d time.Duration) {
+	t.Helper()
+	begin := time.Now()
+	var badSince time.Time
+	var failing []string
+	bad := time.Duration(0)
+	for time.Since(begin) < d {
+		code, body := faultReadyz(s)
+		switch {
+		case code != http.StatusOK && badSince.IsZero():
+			badSince, failing = time.Now(), faultFailing(body)
+		case code == http.StatusOK && !badSince.IsZero():
+			t.Logf("after recovery: /readyz %v unready from +%v, failing %v", time.Since(badSince).Round(time.Millisecond),
+				badSince.Sub(begin).Round(time.Millisecond), failing)
+			bad += time.Since(badSince)
+			badSince = time.Time{}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !badSince.IsZero() {
+		t.Errorf("after recovery: /readyz still unready %v later, failing %v", d, failing)
+	}
+	t.Logf("after recovery: /readyz unready %v of the %v watched", bad.Round(time.Millisecond), d)
+}
+
+// faultRecoverKinds writes one object of several kinds, each kept in etcd
+// through its own client of the API server, retrying each until it works,
+// and logs how long each kind took after since.
+func faultRecoverKinds(t *testing.T, s *server, tag string, since time.Time) {
+	t.Helper()
+	meta := metav1.ObjectMeta{Name: tag, Namespace: "default"}
+	kinds := []struct {
+		name   string
+		create func(ctx context.Context) error
+	}{
+		{"configmaps", func(ctx context.Context) error {
+			_, err := s.client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: meta}, metav1.CreateOptions{})
+			return err
+		}},
+		{"secrets", func(ctx context.Context) error {
+			_, err := s.client.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: meta}, metav1.CreateOptions{})
+			return err
+		}},
+		{"serviceaccounts", func(ctx context.Context) error {
+			_, err := s.client.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: meta}, metav1.CreateOptions{})
+			return err
+		}},
+		{"leases", func(ctx context.Context) error {
+			_, err := s.client.CoordinationV1().Leases("default").Create(ctx, &coordinationv1.Lease{ObjectMeta: meta}, metav1.CreateOptions{})
+			return err
+		}},
+	}
+	var took []string
+	for _, k := range kinds {
+		eventually(t, 3*time.Minute, "a write of "+k.name, func(ctx context.Context) (bool, error) {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			err := k.create(ctx)
+			return err == nil, err
+		})
+		took = append(took, fmt.Sprintf("%s %v", k.name, time.Since(since).Round(time.Millisecond)))
+	}
+	t.Logf("%s: writes work again (after): %s", tag, strings.Join(took, ", "))
+}
+
 // faultFailing lists the failing checks of a verbose /readyz body.
 func faultFailing(body string) []string {
 	var out []string
@@ -220,10 +288,15 @@ func faultWaitEtcdUnready(t *testing.T, s *server, what string) {
 }
 
 // faultCreate creates ConfigMap name, asking the API server to give up after
-// serverTimeout; the client waits serverTimeout plus 30 s.
+// serverTimeout (0: the API server's default); the client waits serverTimeout
+// plus 30 s, or 90 s.
 func faultCreate(s *server, name string, serverTimeout time.Duration) (time.Duration, error) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": name}}
-	ctx, cancel := context.WithTimeout(context.Background(), serverTimeout+30*time.Second)
+	wait := serverTimeout + 30*time.Second
+	if serverTimeout == 0 {
+		wait = 90 * time.Second // the API server's --request-timeout is 60 s
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	begin := time.Now()
 	req := s.client.CoreV1().RESTClient().Post().Namespace("default").Resource("configmaps").
@@ -331,6 +404,10 @@ func TestEtcdFault(t *testing.T) {
 			})
 			t.Logf("paused %v: /readyz 200 %v after SIGCONT, first write after another %v",
 				pause, took.Round(time.Millisecond), time.Since(wbegin).Round(time.Millisecond))
+			faultRecoverKinds(t, s, fmt.Sprintf("kinds-resumed-%d", cycle), wbegin)
+			if faultFull() {
+				faultWatchReadyz(t, s, time.Minute)
+			}
 			acked = append(acked, fmt.Sprintf("resumed-%d", cycle))
 			acked = append(acked, faultWrites(t, s, fmt.Sprintf("after-pause-%d", cycle), 5)...)
 		})
@@ -362,6 +439,10 @@ func TestEtcdFault(t *testing.T) {
 			})
 			t.Logf("killed: /readyz 200 %v after etcd answered again, first write %v after", took.Round(time.Millisecond),
 				time.Since(restarted).Round(time.Millisecond))
+			faultRecoverKinds(t, s, fmt.Sprintf("kinds-restarted-%d", cycle), restarted)
+			if faultFull() {
+				faultWatchReadyz(t, s, time.Minute)
+			}
 			acked = append(acked, fmt.Sprintf("restarted-%d", cycle))
 
 			list, err := s.client.CoreV1().ConfigMaps("default").List(context.Background(), metav1.ListOptions{})
@@ -382,7 +463,30 @@ func TestEtcdFault(t *testing.T) {
 		})
 	}
 	faultAlive(t, s)
-	s.stop()
+	if !faultFull() {
+		begin := time.Now()
+		s.stop()
+		t.Logf("SIGTERM after the faults: clean exit in %v", time.Since(begin).Round(time.Millisecond))
+		return
+	}
+	// Full form: a service manager stopping edgeplane during an outage.
+	e.signal(syscall.SIGSTOP)
+	faultWaitEtcdUnready(t, s, "paused before SIGTERM")
+	begin := time.Now()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+		t.Logf("SIGTERM with etcd paused: exit after %v: %v; last line: %s", time.Since(begin).Round(time.Millisecond),
+			s.exitErr, faultLastLine(s.output.String()))
+	case <-time.After(2 * time.Minute):
+		t.Errorf("SIGTERM with etcd paused: still running after 2 minutes")
+	}
+	e.signal(syscall.SIGCONT)
+}
+
+func faultLastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
 }
 
 // faultNamesEtcd reports whether one of the failing /readyz checks is etcd's.
@@ -393,4 +497,59 @@ func faultNamesEtcd(failing []string) bool {
 		}
 	}
 	return false
+}
+
+// TestEtcdFaultQuorum (full form only: three servers do not fit the CI
+// budget) runs a three-server embedded etcd cluster, SIGKILLs two servers so
+// that the survivor's etcd member loses quorum, and checks that the survivor
+// stays up, turns unready naming etcd and fails writes, and recovers by
+// itself once the two are restarted, with every acknowledged write present.
+func TestEtcdFaultQuorum(t *testing.T) {
+	if testing.Short() || !faultFull() {
+		t.Skip("full form only (EDGEPLANE_RELIABILITY_FULL=1): starts three servers")
+	}
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	args := [][]string{etcdArgs(t, "192.0.2.10"), etcdArgs(t, "192.0.2.11"), etcdArgs(t, "192.0.2.12")}
+	s1 := startServer(t, dirs[0], append([]string{"--cluster-init"}, args[0]...)...)
+	tok := token(t, dirs[0])
+	join := func(i int) *server {
+		return startServer(t, dirs[i], append([]string{"--server", s1.config.Host, "--token", tok}, args[i]...)...)
+	}
+	s2, s3 := join(1), join(2)
+	faultWaitReadyz(t, s1, http.StatusOK, time.Minute)
+	acked := faultWrites(t, s1, "quorum-before", 5)
+
+	s2.kill()
+	s3.kill()
+	faultWaitEtcdUnready(t, s1, "quorum lost")
+	const serverTimeout = 5 * time.Second
+	d, err := faultCreate(s1, "quorum-lost", serverTimeout)
+	t.Logf("quorum lost: create with timeout=%v failed after %v: %v", serverTimeout, d.Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatal("a write succeeded without quorum")
+	}
+	d, err = faultCreate(s1, "quorum-lost-default", 0)
+	t.Logf("quorum lost: create with the default timeout failed after %v: %v", d.Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatal("a write succeeded without quorum")
+	}
+	faultAlive(t, s1)
+
+	begin := time.Now()
+	s2, s3 = join(1), join(2)
+	t.Logf("quorum back: two servers restarted in %v", time.Since(begin).Round(time.Millisecond))
+	took, _ := faultWaitReadyz(t, s1, http.StatusOK, 2*time.Minute)
+	t.Logf("quorum back: survivor /readyz 200 %v after the restarts", took.Round(time.Millisecond))
+	eventually(t, time.Minute, "a write through the survivor", func(context.Context) (bool, error) {
+		_, err := faultCreate(s1, "quorum-back", serverTimeout)
+		return err == nil, err
+	})
+	for _, name := range acked {
+		for i, s := range []*server{s1, s2, s3} {
+			if _, err := s.client.CoreV1().ConfigMaps("default").Get(context.Background(), name, metav1.GetOptions{}); err != nil {
+				t.Errorf("acknowledged %s through server %d: %v", name, i+1, err)
+			}
+		}
+	}
+	faultAlive(t, s1)
 }
