@@ -53,6 +53,10 @@ type crashLedger struct {
 	mu         sync.Mutex
 	maxAcked   uint64   // largest resourceVersion acknowledged so far
 	violations []string // ordering errors seen while writing
+	notes      []string // requests that failed before the kill
+
+	firstAck chan struct{} // closed at the cycle's first acknowledged write
+	once     sync.Once
 }
 
 func newCrashLedger(writers, objects int) *crashLedger {
@@ -75,12 +79,23 @@ func (l *crashLedger) writeAndKill(t *testing.T, s *server, seed, ds, cycle uint
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	killed := make(chan struct{}) // closed once the SIGKILL is sent
+	l.firstAck = make(chan struct{})
+	l.once = sync.Once{}
 	counts := make([]crashCycle, len(l.objects))
 	var wg sync.WaitGroup
 	for w := range l.objects {
 		wg.Go(func() {
-			counts[w] = l.write(ctx, t, s.client, w, crashRand(seed, ds, cycle, uint64(w)+1000), killed)
+			counts[w] = l.write(ctx, s.client, w, crashRand(seed, ds, cycle, uint64(w)+1000), killed)
 		})
+	}
+	// The kill comes run after the first acknowledged write, so that a slow
+	// first request on a loaded machine never leaves a cycle without writes.
+	select {
+	case <-l.firstAck:
+	case <-time.After(time.Minute):
+		t.Fatal("no write acknowledged within a minute")
+	case <-s.exited:
+		t.Fatalf("edgeplane exited while the writers ran (%v):\n%s", s.exitErr, tail(s.output.String()))
 	}
 	select {
 	case <-time.After(run):
@@ -101,7 +116,10 @@ func (l *crashLedger) writeAndKill(t *testing.T, s *server, seed, ds, cycle uint
 	for _, v := range l.violations {
 		t.Error(v)
 	}
-	l.violations = nil
+	for _, n := range l.notes {
+		t.Log(n)
+	}
+	l.violations, l.notes = nil, nil
 	l.mu.Unlock()
 	var sum crashCycle
 	for _, c := range counts {
@@ -113,7 +131,7 @@ func (l *crashLedger) writeAndKill(t *testing.T, s *server, seed, ds, cycle uint
 
 // write is writer w: creates, updates and deletes of its own ConfigMaps,
 // one at a time, until a request fails (normally because the server died).
-func (l *crashLedger) write(ctx context.Context, t *testing.T, c *kubernetes.Clientset, w int, rng *rand.Rand, killed <-chan struct{}) crashCycle {
+func (l *crashLedger) write(ctx context.Context, c *kubernetes.Clientset, w int, rng *rand.Rand, killed <-chan struct{}) crashCycle {
 	cms := c.CoreV1().ConfigMaps("default")
 	var res crashCycle
 	var last uint64 // RV of this writer's previous acknowledged write
@@ -154,7 +172,9 @@ func (l *crashLedger) write(ctx context.Context, t *testing.T, c *kubernetes.Cli
 				select {
 				case <-killed:
 				default:
-					t.Logf("writer %d: %s %s failed before the kill (outcome unknown): %v", w, o.op, o.name, err)
+					l.mu.Lock()
+					l.notes = append(l.notes, fmt.Sprintf("writer %d: %s %s failed before the kill (outcome unknown): %v", w, o.op, o.name, err))
+					l.mu.Unlock()
 				}
 			}
 			return res
@@ -185,6 +205,7 @@ func (l *crashLedger) write(ctx context.Context, t *testing.T, c *kubernetes.Cli
 		}
 		o.cur, o.pending = next, nil
 		res.acked++
+		l.once.Do(func() { close(l.firstAck) })
 	}
 }
 
