@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
 	encbinary "encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -25,7 +27,7 @@ import (
 
 // hostileRSSBudgetMiB bounds the server's RSS through every attack: the
 // default profile's budget (see loadRSSBudgetMiB).
-const hostileRSSBudgetMiB = loadRSSBudgetMiB
+var hostileRSSBudgetMiB = loadRSSBudgetMiB["default"]
 
 // TestHostile sends hostile requests to a real server, with the admin client
 // certificate and anonymously, and checks after each attack that the server
@@ -34,7 +36,7 @@ func TestHostile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the real binary")
 	}
-	s := startServer(t, t.TempDir())
+	s := startServer(t, t.TempDir(), "--profile=default")
 	rss := loadSampleRSS(s.cmd.Process.Pid, 200*time.Millisecond)
 	before := rss.current()
 	t.Cleanup(func() {
@@ -60,21 +62,15 @@ func TestHostile(t *testing.T) {
 			body   func(ctx context.Context) io.Reader
 			length int64 // -1: unknown (chunked)
 			want   int
-			full   bool // only in the full form: takes the request timeout
 		}{
-			{"admin create 4 MiB JSON", admin, "POST", cms, "application/json", fixed(big), int64(len(big)), 413, false},
-			{"admin update 4 MiB JSON", admin, "PUT", cms + "/big", "application/json", fixed(big), int64(len(big)), 413, false},
-			{"admin merge patch 4 MiB", admin, "PATCH", cms + "/big", "application/merge-patch+json", fixed(big), int64(len(big)), 413, false},
-			{"admin create 4 MiB protobuf", admin, "POST", cms, "application/vnd.kubernetes.protobuf", fixed(hostileProtobufGarbage(4<<20, 1)), 4<<20 + 4, 413, false},
-			{"admin create 256 MiB streamed without length", admin, "POST", cms, "application/json", func(context.Context) io.Reader { return io.LimitReader(hostileZeros{}, 256<<20) }, -1, 413, false},
-			{"admin create declaring 1 GiB, sending 1 KiB", admin, "POST", cms, "application/json", func(ctx context.Context) io.Reader { return hostileStall(ctx, bytes.Repeat([]byte{' '}, 1024)) }, 1 << 30, 504, true},
-			{"anonymous create 4 MiB JSON", anon, "POST", cms, "application/json", fixed(big), int64(len(big)), 401, false},
-			{"anonymous create declaring 1 GiB, sending 1 KiB", anon, "POST", cms, "application/json", func(ctx context.Context) io.Reader { return hostileStall(ctx, bytes.Repeat([]byte{' '}, 1024)) }, 1 << 30, 401, false},
+			{"admin create 4 MiB JSON", admin, "POST", cms, "application/json", fixed(big), int64(len(big)), 413},
+			{"admin update 4 MiB JSON", admin, "PUT", cms + "/big", "application/json", fixed(big), int64(len(big)), 413},
+			{"admin merge patch 4 MiB", admin, "PATCH", cms + "/big", "application/merge-patch+json", fixed(big), int64(len(big)), 413},
+			{"admin create 4 MiB protobuf", admin, "POST", cms, "application/vnd.kubernetes.protobuf", fixed(hostileProtobufGarbage(4<<20, 1)), 4<<20 + 4, 413},
+			{"admin create 256 MiB streamed without length", admin, "POST", cms, "application/json", func(context.Context) io.Reader { return io.LimitReader(hostileZeros{}, 256<<20) }, -1, 413},
+			{"anonymous create 4 MiB JSON", anon, "POST", cms, "application/json", fixed(big), int64(len(big)), 401},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				if tc.full && !loadFull() {
-					t.Skip("waits for the request timeout; runs with EDGEPLANE_RELIABILITY_FULL=1")
-				}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
 				counted := &hostileCounter{r: tc.body(ctx)}
@@ -98,6 +94,27 @@ func TestHostile(t *testing.T) {
 				}
 				if tc.length < 0 && sent > 64<<20 {
 					t.Errorf("the server read %d MiB of a streamed body before refusing it", sent>>20)
+				}
+			})
+		}
+		// A body that never comes: Content-Length 1 GiB, 1 KiB sent, then silence.
+		for _, tc := range []struct {
+			name  string
+			admin bool
+			want  int
+			full  bool // waits for the 60 s request timeout
+		}{
+			{"anonymous stalled body", false, 401, false},
+			{"admin stalled body", true, 504, true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if tc.full && !loadFull() {
+					t.Skip("waits for the request timeout; runs with EDGEPLANE_RELIABILITY_FULL=1")
+				}
+				code, took, closed := hostileStalledBody(t, s, tc.admin)
+				t.Logf("%d after %s; connection closed by the server after the response: %v", code, took.Round(100*time.Microsecond), closed)
+				if code != tc.want {
+					t.Errorf("status %d, want %d", code, tc.want)
 				}
 			})
 		}
@@ -178,12 +195,48 @@ func TestHostile(t *testing.T) {
 	hostileConnections(t, s, rss)
 }
 
+// hostileStalledBody sends, over HTTP/1.1, a create that declares a 1 GiB
+// body and sends 1 KiB of it; it returns the status, how long the server took
+// to answer and whether it then closed the connection within 5 s.
+func hostileStalledBody(t *testing.T, s *server, admin bool) (int, time.Duration, bool) {
+	t.Helper()
+	addr := strings.TrimPrefix(s.config.Host, "https://")
+	base, err := hostileTLSConfig(s, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := hostileDial(addr, base, "http1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	head := "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: " + addr +
+		"\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n"
+	start := time.Now()
+	if _, err := c.Write(append([]byte(head), bytes.Repeat([]byte{' '}, 1024)...)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(start.Add(90 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no response after %s: %v", time.Since(start), err)
+	}
+	took := time.Since(start)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = br.ReadByte()
+	closed := err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+	return resp.StatusCode, took, closed
+}
+
 // hostileAfter is the check after every attack: alive, /readyz 200, a
 // create and get work, RSS under the bound.
 func hostileAfter(t *testing.T, s *server, rss *loadRSS) {
 	t.Helper()
 	loadAssertHealthy(t, s)
-	if peak := rss.peak(); peak>>20 >= hostileRSSBudgetMiB {
+	if peak := rss.peak(); peak>>20 >= int64(hostileRSSBudgetMiB) {
 		t.Errorf("server RSS peaked at %d MiB, bound %d MiB", peak>>20, hostileRSSBudgetMiB)
 	}
 }
@@ -281,18 +334,6 @@ func (hostileZeros) Read(p []byte) (int, error) {
 		p[i] = ' '
 	}
 	return len(p), nil
-}
-
-// hostileStall yields prefix and then blocks until ctx ends.
-func hostileStall(ctx context.Context, prefix []byte) io.Reader {
-	return io.MultiReader(bytes.NewReader(prefix), hostileBlock{ctx})
-}
-
-type hostileBlock struct{ ctx context.Context }
-
-func (b hostileBlock) Read([]byte) (int, error) {
-	<-b.ctx.Done()
-	return 0, b.ctx.Err()
 }
 
 // hostileCounter counts the bytes the transport read from a request body.

@@ -17,11 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// loadRSSBudgetMiB is the default profile's memory budget: the server's RSS
-// must stay under it while 16 clients and 100 watches load it (and during
-// the hostile-input attacks). `edgeplane server` has no --profile flag; when
-// it gets one, this becomes per profile.
-const loadRSSBudgetMiB = 600
+// loadRSSBudgetMiB is the server's memory budget per resource profile
+// (--profile): its RSS must stay under it while 16 clients and 100 watches
+// load it, and through the hostile-input attacks. default: 600 MiB, the
+// budget of issue 7. small (512 MB-1 GB boards): 400 MiB, about 30% over the
+// 310 MiB peak measured under the CI load (docs/reliability/load.md).
+var loadRSSBudgetMiB = map[string]int{"default": 600, "small": 400}
 
 // loadFull reports whether the long form (EDGEPLANE_RELIABILITY_FULL=1) runs.
 func loadFull() bool { return os.Getenv("EDGEPLANE_RELIABILITY_FULL") == "1" }
@@ -63,22 +64,23 @@ type loadSummary struct {
 
 // TestLoad runs bench/cmd/load from a second process against a real server:
 // 16 clients mixing create/update/get/list/delete and 100 watches for 30 s
-// (5 minutes on both datastores in the full form), sampling the server's RSS.
+// with the default profile on SQLite (in the full form 5 minutes each: default
+// on SQLite and on etcd, small on SQLite), sampling the server's RSS.
 func TestLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the real binary under load")
 	}
 	tool := loadBuildTool(t)
 	duration := 30 * time.Second
-	datastores := []string{"sqlite"}
+	runs := []struct{ profile, datastore string }{{"default", "sqlite"}}
 	if loadFull() {
 		duration = 5 * time.Minute
-		datastores = append(datastores, "etcd")
+		runs = append(runs, struct{ profile, datastore string }{"default", "etcd"}, struct{ profile, datastore string }{"small", "sqlite"})
 	}
-	for _, ds := range datastores {
-		t.Run(ds, func(t *testing.T) {
-			s := startServer(t, t.TempDir(), "--datastore="+ds)
-			loadRun(t, s, tool, duration)
+	for _, r := range runs {
+		t.Run(r.profile+"-"+r.datastore, func(t *testing.T) {
+			s := startServer(t, t.TempDir(), "--profile="+r.profile, "--datastore="+r.datastore)
+			loadRun(t, s, tool, duration, loadRSSBudgetMiB[r.profile])
 		})
 	}
 }
@@ -95,7 +97,7 @@ func loadBuildTool(t *testing.T) string {
 	return out
 }
 
-func loadRun(t *testing.T, s *server, tool string, duration time.Duration) {
+func loadRun(t *testing.T, s *server, tool string, duration time.Duration, budgetMiB int) {
 	pid := s.cmd.Process.Pid
 	jsonPath := filepath.Join(t.TempDir(), "summary.json")
 	rss := loadSampleRSS(pid, 250*time.Millisecond)
@@ -105,12 +107,12 @@ func loadRun(t *testing.T, s *server, tool string, duration time.Duration) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, tool, "--kubeconfig", s.kubeconfig, "--clients", "16", "--watches", "100",
 		"--duration", duration.String(), "--namespace", "load", "--server-pid", strconv.Itoa(pid),
-		"--rss-budget-mib", strconv.Itoa(loadRSSBudgetMiB), "--json", jsonPath)
+		"--rss-budget-mib", strconv.Itoa(budgetMiB), "--json", jsonPath)
 	out, runErr := cmd.CombinedOutput()
 	rssMax, rssEnd := rss.stop()
 	t.Logf("bench/cmd/load (%s):\n%s", strings.Join(cmd.Args[1:], " "), loadWithoutJSON(string(out)))
 	t.Logf("server RSS sampled by the test: start %d MiB, max %d MiB, end %d MiB (budget %d MiB); at the end %s",
-		rssStart>>20, rssMax>>20, rssEnd>>20, loadRSSBudgetMiB, loadRSSParts(pid))
+		rssStart>>20, rssMax>>20, rssEnd>>20, budgetMiB, loadRSSParts(pid))
 
 	raw, err := os.ReadFile(jsonPath)
 	if err != nil {
@@ -147,8 +149,8 @@ func loadRun(t *testing.T, s *server, tool string, duration time.Duration) {
 	}
 	if rssMax == 0 {
 		t.Errorf("could not sample the server's RSS from /proc/%d/status", pid)
-	} else if rssMax>>20 >= loadRSSBudgetMiB {
-		t.Errorf("server RSS peaked at %d MiB, budget %d MiB", rssMax>>20, loadRSSBudgetMiB)
+	} else if rssMax>>20 >= int64(budgetMiB) {
+		t.Errorf("server RSS peaked at %d MiB, budget %d MiB", rssMax>>20, budgetMiB)
 	}
 
 	// The server is still whole: ready, alive, and serving writes.
