@@ -105,11 +105,14 @@ func TestHostile(t *testing.T) {
 				t.Errorf("status %d, want 401 before the body is read", code)
 			}
 		})
-		t.Run("admin stalled body over HTTP/2", func(t *testing.T) {
+		t.Run("admin stalled body over h2", func(t *testing.T) {
 			if !loadFull() {
 				t.Skip("waits for the 60 s request timeout; runs with EDGEPLANE_RELIABILITY_FULL=1")
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			// The Go HTTP/2 client hands the response over only when the body
+			// write ends, here when ctx does: a 504 then shows that the server
+			// answered within these 75 s (its request timeout is 60 s).
+			ctx, cancel := context.WithTimeout(context.Background(), 75*time.Second)
 			defer cancel()
 			req, err := http.NewRequestWithContext(ctx, "POST", cms, io.MultiReader(bytes.NewReader(bytes.Repeat([]byte{' '}, 1024)), hostileBlock{ctx}))
 			if err != nil {
@@ -118,17 +121,18 @@ func TestHostile(t *testing.T) {
 			req.ContentLength = 1 << 30
 			req.Header.Set("Content-Type", "application/json")
 			start := time.Now()
-			resp, err := admin.Do(req)
+			// Without admin's one-minute client timeout: the context bounds it.
+			resp, err := (&http.Client{Transport: admin.Transport}).Do(req)
 			if err != nil {
 				t.Fatalf("no response after %s: %v", time.Since(start), err)
 			}
 			resp.Body.Close()
-			t.Logf("%d (%s) after %s", resp.StatusCode, resp.Proto, time.Since(start).Round(time.Millisecond))
-			if resp.StatusCode != 504 || time.Since(start) > 75*time.Second {
-				t.Errorf("status %d after %s, want 504 at the 60 s request timeout", resp.StatusCode, time.Since(start))
+			t.Logf("%d (%s), handed over after %s", resp.StatusCode, resp.Proto, time.Since(start).Round(time.Millisecond))
+			if resp.StatusCode != 504 {
+				t.Errorf("status %d, want 504 from the 60 s request timeout", resp.StatusCode)
 			}
 		})
-		t.Run("admin stalled body over HTTP/1.1", func(t *testing.T) {
+		t.Run("admin stalled body over http1.1", func(t *testing.T) {
 			if !loadFull() {
 				t.Skip("waits for the 60 s request timeout; runs with EDGEPLANE_RELIABILITY_FULL=1")
 			}
