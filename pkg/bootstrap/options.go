@@ -39,6 +39,7 @@ type Options struct {
 	ClusterCIDR         string
 	AllocateNodeCIDRs   bool
 	Profile             string
+	MaxConnections      int
 	Day2                Day2Options
 	Cluster             ClusterOptions
 }
@@ -88,6 +89,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.Disable, "disable", o.Disable, "Components not to run, comma-separated (repeatable): "+strings.Join(disableable, ", ")+".")
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", o.ClusterCIDR, "Pod network: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma.")
 	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", o.AllocateNodeCIDRs, "Give each Node a pod CIDR from --cluster-cidr.")
+	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, fmt.Sprintf("Most open connections to the API port; new ones are closed at once while this many are open (0: the profile's, %d default, %d small).", defaultMaxConnections, smallMaxConnections))
 	fs.StringVar(&o.Profile, "profile", o.Profile, "Resource profile: "+strings.Join(profiles, ", ")+". small is for 512 MB-1 GB boards (less memory; no OpenAPI v2 document); auto picks small on hosts with 1.5 GiB of memory or less.")
 	o.Day2.AddFlags(fs)
 	o.Cluster.AddFlags(fs)
@@ -185,6 +187,12 @@ func (o *Options) Complete() (CompletedOptions, error) {
 		c.problems = append(c.problems, err)
 	} else {
 		c.Profile = profileSettings(name)
+	}
+	switch {
+	case o.MaxConnections < 0:
+		bad("--max-connections %d must not be negative", o.MaxConnections)
+	case o.MaxConnections > 0:
+		c.Profile.MaxConnections = o.MaxConnections
 	}
 	var disableErrs []error
 	c.Disabled, disableErrs = parseDisable(o.Disable)

@@ -39,6 +39,8 @@ type profile struct {
 	// LeanControllers turns off controllers an edge host can do without
 	// (pkg/controllers: the ValidatingAdmissionPolicy status controller).
 	LeanControllers bool
+	// MaxConnections caps the API port's open connections (connlimit.go).
+	MaxConnections int
 }
 
 // profileSettings returns the settings of a resolved profile name.
@@ -64,9 +66,10 @@ func profileSettings(name string) profile {
 			},
 			ControllerWorkers: 2,
 			LeanControllers:   true,
+			MaxConnections:    smallMaxConnections,
 		}
 	default:
-		return profile{Name: ProfileDefault, GCPercent: defaultGCPercent}
+		return profile{Name: ProfileDefault, GCPercent: defaultGCPercent, MaxConnections: defaultMaxConnections}
 	}
 }
 

@@ -73,6 +73,7 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 		return nil, err
 	}
 	port := listener.Addr().(*net.TCPAddr).Port
+	listener = limitConnections(listener, o.Profile.MaxConnections, logger.WithName("api-port"))
 
 	// --datastore-endpoint: started first, as it may hold the cluster's CAs (shared.go).
 	shared, err := s.startShared(ctx, o)
