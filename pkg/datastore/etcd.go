@@ -164,6 +164,11 @@ func (s *etcdStore) config(lg logr.Logger) (*embed.Config, error) {
 	cfg.AutoCompactionMode = embed.CompactorModePeriodic
 	cfg.AutoCompactionRetention = "0" // off: the apiserver compacts
 	cfg.SnapshotCount = 10000
+	// WAL segments are 64 MB, preallocated: etcd's default of five kept
+	// files lets member/wal reach ~384 MB on an SD card
+	// (docs/reliability/storage.md). Two is enough to replay from the last
+	// snapshot, which is taken every SnapshotCount writes.
+	cfg.MaxWalFiles, cfg.MaxSnapFiles = 2, 2
 	// A lone member elects itself once its randomized election timeout
 	// passes: up to a second at etcd's 100 ms tick / 1 s election, all of it
 	// on the start-up path. With no peers to mistake a slow link for a dead
