@@ -15,6 +15,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 // loadRSSBudgetMiB is the server's memory budget per resource profile
@@ -212,7 +214,7 @@ func loadSampleRSS(pid int, every time.Duration) *loadRSS {
 }
 
 func (r *loadRSS) sample() {
-	v, err := loadReadRSS(r.pid)
+	v, err := procfs.RSS(r.pid)
 	if err != nil {
 		return
 	}
@@ -242,24 +244,6 @@ func (r *loadRSS) stop() (int64, int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.max, r.last
-}
-
-// loadReadRSS is VmRSS from /proc/<pid>/status in bytes.
-func loadReadRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 2 {
-				kb, err := strconv.ParseInt(f[0], 10, 64)
-				return kb << 10, err
-			}
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
 // loadRSSParts is the anonymous/file/shmem split of the RSS (file-backed

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 // proc is one child process of a configuration, its output in a log file.
@@ -227,34 +229,8 @@ func readIO(pid int) (ioCounters, error) {
 			c.WChar = n
 		}
 	}
-	c.CPU, err = readCPU(pid)
+	c.CPU, err = procfs.CPUTime(pid)
 	return c, err
-}
-
-// clockTick is USER_HZ, 100 on every Linux architecture Go supports.
-const clockTick = 100
-
-func readCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("malformed stat")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return 0, errors.New("short stat")
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return time.Duration(ut+st) * time.Second / clockTick, nil
 }
 
 // dirSize is the disk space used by the files under dir.

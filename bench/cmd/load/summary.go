@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 // opSummary is one operation's (or the total's, or the watches' delivery) figures.
@@ -222,13 +223,13 @@ func startSampler(pid int) *sampler {
 		close(s.done)
 		return s
 	}
-	s.cpu0, _ = readCPU(pid)
+	s.cpu0, _ = procfs.CPUTime(pid)
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if rss, err := readRSS(pid); err == nil {
+			if rss, err := procfs.RSS(pid); err == nil {
 				s.mu.Lock()
 				s.max, s.last = max(s.max, rss), rss
 				s.mu.Unlock()
@@ -249,55 +250,12 @@ func (s *sampler) stop() serverSummary {
 	}
 	close(s.stopCh)
 	<-s.done
-	cpu, err := readCPU(s.pid)
+	cpu, err := procfs.CPUTime(s.pid)
 	out := serverSummary{PID: s.pid, RSSMaxMiB: float64(s.max) / (1 << 20), RSSEndMiB: float64(s.last) / (1 << 20)}
 	if err == nil {
 		out.CPUCores = (cpu - s.cpu0).Seconds() / time.Since(s.start).Seconds()
 	}
 	return out
-}
-
-// readRSS is VmRSS of /proc/<pid>/status in bytes.
-func readRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 2 && f[1] == "kB" {
-				kb, err := strconv.ParseInt(f[0], 10, 64)
-				return kb << 10, err
-			}
-		}
-	}
-	return 0, errors.New("no VmRSS in /proc/" + strconv.Itoa(pid) + "/status")
-}
-
-// clockTick is USER_HZ, 100 on every Linux architecture Go supports.
-const clockTick = 100
-
-// readCPU is the user+system CPU time of pid.
-func readCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("malformed stat")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 { // f[11], f[12] are utime and stime (fields 14, 15)
-		return 0, errors.New("short stat")
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return time.Duration(ut+st) * time.Second / clockTick, nil
 }
 
 // loadAvg is the 1-minute load average.
