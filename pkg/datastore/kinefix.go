@@ -22,22 +22,39 @@ import (
 type createRevisionFix struct{ server.Backend }
 
 func (b createRevisionFix) Create(ctx context.Context, key string, value []byte, lease int64) (int64, error) {
+	rev, _, err := b.createVerified(ctx, key, value, lease)
+	return rev, err
+}
+
+// verifyingCreator is a backend whose creates can report that a read-back
+// found the write stored, so the write guard (sqliteguard.go) needs no read
+// of its own: one read per create instead of two.
+type verifyingCreator interface {
+	createVerified(ctx context.Context, key string, value []byte, lease int64) (rev int64, stored bool, err error)
+}
+
+// createVerified is Create that also says whether the read-back found this
+// write's own incarnation of the key (same value, created at the answered
+// revision). A create kine refused without an error is never found: the
+// API server's values carry the object's UID, so no other incarnation
+// holds the same bytes.
+func (b createRevisionFix) createVerified(ctx context.Context, key string, value []byte, lease int64) (int64, bool, error) {
 	rev, err := b.Backend.Create(ctx, key, value, lease)
 	if err != nil {
-		return rev, err
+		return rev, false, err
 	}
 	_, kv, gerr := b.Backend.Get(ctx, key, 0, false)
 	if gerr != nil || kv == nil || kv.CreateRevision == 0 {
-		return rev, nil
+		return rev, false, nil
 	}
 	if kv.ModRevision != kv.CreateRevision {
 		// Written again since: read the creating revision itself.
 		if _, kv, gerr = b.Backend.Get(ctx, key, kv.CreateRevision, false); gerr != nil || kv == nil {
-			return rev, nil
+			return rev, false, nil
 		}
 	}
 	if kv.CreateRevision == kv.ModRevision && bytes.Equal(kv.Value, value) {
-		return kv.ModRevision, nil
+		return kv.ModRevision, true, nil
 	}
-	return rev, nil
+	return rev, false, nil
 }

@@ -50,8 +50,17 @@ func newWriteGuard(b server.Backend, log logr.Logger) *writeGuard {
 }
 
 func (g *writeGuard) Create(ctx context.Context, key string, value []byte, lease int64) (int64, error) {
-	rev, err := g.Backend.Create(ctx, key, value, lease)
-	if err == nil && !g.created(ctx, key, rev) {
+	var (
+		rev    int64
+		stored bool
+		err    error
+	)
+	if vc, ok := g.Backend.(verifyingCreator); ok {
+		rev, stored, err = vc.createVerified(ctx, key, value, lease)
+	} else {
+		rev, err = g.Backend.Create(ctx, key, value, lease)
+	}
+	if err == nil && !stored && !g.created(ctx, key, rev) {
 		err = errWriteNotStored
 	}
 	g.observe(ctx, key, err)
