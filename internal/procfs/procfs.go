@@ -61,3 +61,20 @@ func parseStatCPU(b []byte) (time.Duration, error) {
 	}
 	return time.Duration(ut+st) * time.Second / clockTick, nil
 }
+
+// LoadAvg is the 1-minute load average, or -1 when /proc/loadavg is unreadable.
+func LoadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -342,15 +341,7 @@ func TestEtcdFault(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e")
 	}
-	tlsDir := filepath.Join(t.TempDir(), "tls")
-	pki, err := certs.Ensure(context.Background(), certs.Options{
-		Dir: tlsDir, KubeconfigDir: filepath.Dir(tlsDir), Hostname: "etcd", AdvertiseAddress: net.ParseIP("192.0.2.1"),
-		ServiceCIDR: &net.IPNet{IP: net.ParseIP("10.43.0.0"), Mask: net.CIDRMask(16, 32)}, ClusterDomain: "cluster.local",
-		APIServerPort: 6443, AdminKubeconfigMode: 0o600,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pki := externalEtcdPKI(t)
 	e := faultNewEtcd(t, pki)
 	e.start()
 

@@ -155,12 +155,10 @@ func checkSharedCluster(t *testing.T, a, b *server, wantIPs []string) {
 	})
 }
 
-// TestExternalEtcd runs a server on a single-member etcd started by the test,
-// over TLS with client certificates.
-func TestExternalEtcd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("e2e")
-	}
+// externalEtcdPKI makes the certificates of an etcd the test runs itself:
+// its CA, serving certificate, and the client certificate edgeplane uses.
+func externalEtcdPKI(t *testing.T) *certs.PKI {
+	t.Helper()
 	tlsDir := filepath.Join(t.TempDir(), "tls")
 	pki, err := certs.Ensure(context.Background(), certs.Options{
 		Dir: tlsDir, KubeconfigDir: filepath.Dir(tlsDir), Hostname: "etcd", AdvertiseAddress: net.ParseIP("192.0.2.1"),
@@ -170,6 +168,16 @@ func TestExternalEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pki
+}
+
+// TestExternalEtcd runs a server on a single-member etcd started by the test,
+// over TLS with client certificates.
+func TestExternalEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e")
+	}
+	pki := externalEtcdPKI(t)
 	cfg := embed.NewConfig()
 	cfg.Dir = filepath.Join(t.TempDir(), "etcd")
 	cfg.Name = "external"

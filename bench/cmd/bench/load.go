@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 // loadResult is what the request benchmark measured.
@@ -149,7 +151,7 @@ func runLoad(ctx context.Context, base *rest.Config, n, clients, paced int) (loa
 	failed := make([]bool, n)
 	jobs := make(chan int)
 	var wg sync.WaitGroup
-	res.Load1 = loadAvg()
+	res.Load1 = procfs.LoadAvg()
 	t0 := time.Now()
 	for _, cs := range css {
 		wg.Go(func() {

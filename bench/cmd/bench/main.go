@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 type options struct {
@@ -200,7 +202,7 @@ func run(ctx context.Context, o *options) error {
 		return ctx.Err()
 	}
 	rep.Took = time.Since(began)
-	rep.LoadEnd = loadAvg()
+	rep.LoadEnd = procfs.LoadAvg()
 
 	md := rep.markdown()
 	fmt.Println()
@@ -245,7 +247,7 @@ func (r *runner) track(in *instance, on bool) {
 // launch starts c on dir and waits until it is ready.
 func (r *runner) launch(ctx context.Context, c configuration, dir, logs string) (*instance, startSample, error) {
 	var s startSample
-	s.Load1 = loadAvg()
+	s.Load1 = procfs.LoadAvg()
 	in, err := start(c, r.o.binDir, dir, logs, r.o.env, r.extraArgs(c))
 	if err != nil {
 		return nil, s, err
@@ -328,7 +330,7 @@ func (r *runner) settleAndLoad(ctx context.Context, in *instance, res *configRes
 		res.Err = err.Error()
 		return
 	}
-	res.MemIdle = &idleMemory{After: r.o.settle, Mem: m, Load1: loadAvg()}
+	res.MemIdle = &idleMemory{After: r.o.settle, Mem: m, Load1: procfs.LoadAvg()}
 	logf("%s after %s idle: RSS %s PSS %s", res.Name, r.o.settle, mib(m.RSS), mib(m.PSS))
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -400,7 +402,7 @@ func (r *runner) idleWindow(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	}
-	load0 := loadAvg()
+	load0 := procfs.LoadAvg()
 	t0 := time.Now()
 	for _, x := range all {
 		x.before, _ = x.in.counters()
@@ -413,7 +415,7 @@ func (r *runner) idleWindow(ctx context.Context) {
 			return
 		}
 		if left := time.Until(end); left > time.Second {
-			logf("idle: %s left (load %.2f)", left.Round(time.Second), loadAvg())
+			logf("idle: %s left (load %.2f)", left.Round(time.Second), procfs.LoadAvg())
 		}
 	}
 	window := time.Since(t0)
@@ -427,7 +429,7 @@ func (r *runner) idleWindow(ctx context.Context) {
 		d := after.sub(x.before)
 		x.res.Idle = &idleResult{
 			Window: window, Written: d.WriteBytes, Cancelled: d.CancelledWriteBytes, WChar: d.WChar, CPU: d.CPU,
-			MemEnd: m, Load1Start: load0, Load1End: loadAvg(), DiskBytes: dirSize(x.in.dataDir),
+			MemEnd: m, Load1Start: load0, Load1End: procfs.LoadAvg(), DiskBytes: dirSize(x.in.dataDir),
 		}
 		logf("%s idle: %s written (%.1f MB/h), CPU %.2f%%, RSS %s", x.res.Name, mb(d.WriteBytes),
 			x.res.Idle.perHour(), x.res.Idle.cpuPercent(), mib(m.RSS))

@@ -247,17 +247,3 @@ func dirSize(dir string) int64 {
 	})
 	return n
 }
-
-// loadAvg is the 1-minute load average.
-func loadAvg() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return -1
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return -1
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
-}

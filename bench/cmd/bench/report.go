@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 // startSample is one start: exec to /readyz 200 and to every component ready.
@@ -103,7 +105,7 @@ type report struct {
 }
 
 func readMachine(dir string) machine {
-	m := machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Load1: loadAvg()}
+	m := machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Load1: procfs.LoadAvg()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {

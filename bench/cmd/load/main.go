@@ -26,6 +26,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 // ops are the operations a client can be told to mix, in report order.
@@ -192,7 +194,7 @@ func run(ctx context.Context, o *options) (*summary, error) {
 		clients[i] = newClient(i, cs, o, runID, ws)
 	}
 	start := time.Now()
-	load1Start := loadAvg()
+	load1Start := procfs.LoadAvg()
 	end := start.Add(o.duration)
 	done := make(chan struct{})
 	for _, c := range clients {
@@ -205,7 +207,7 @@ func run(ctx context.Context, o *options) (*summary, error) {
 		<-done
 	}
 	elapsed := time.Since(start)
-	load1End := loadAvg()
+	load1End := procfs.LoadAvg()
 
 	// Let every watch deliver what was acknowledged, then judge the rest.
 	ws.drain(ctx, o.watchBound)

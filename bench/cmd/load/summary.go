@@ -3,10 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -256,18 +253,4 @@ func (s *sampler) stop() serverSummary {
 		out.CPUCores = (cpu - s.cpu0).Seconds() / time.Since(s.start).Seconds()
 	}
 	return out
-}
-
-// loadAvg is the 1-minute load average.
-func loadAvg() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return -1
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return -1
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
 }
