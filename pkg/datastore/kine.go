@@ -27,7 +27,6 @@ import (
 	// an S3 client, ...) and so links them all into the binary; see
 	// docs/PERFORMANCE.md for what that cost.
 	_ "github.com/k3s-io/kine/pkg/drivers/pgsql"
-	_ "github.com/k3s-io/kine/pkg/drivers/sqlite"
 )
 
 const (
@@ -63,7 +62,7 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (re
 	}()
 
 	dcfg := cfg.Driver
-	_, backend, err := drivers.New(bctx, wg, &dcfg)
+	backend, err := newKineBackend(bctx, wg, &dcfg)
 	if err != nil {
 		// Like kine, keep the endpoint (it may carry credentials) out of the error.
 		return fmt.Errorf("creating kine driver: %w", err)
