@@ -73,8 +73,6 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (re
 	if err := backend.Start(bctx); err != nil {
 		return fmt.Errorf("starting kine backend: %w", err)
 	}
-	// kine answers a wrong revision to a create of a deleted key (kinefix.go).
-	backend = createRevisionFix{backend}
 
 	// Upstream etcd's gRPC limits and keepalives, as kine sets them.
 	gs := grpc.NewServer(
@@ -90,9 +88,10 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (re
 		grpc.MaxRecvMsgSize(int(embed.DefaultMaxRequestBytes)+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 	)
-	// kine hides writes its database refuses; the guard reports them
-	// (sqliteguard.go).
-	guarded := newWriteGuard(backend, klog.FromContext(ctx).WithName("datastore"))
+	// kine answers a wrong revision to a create of a deleted key
+	// (kinefix.go) and hides writes its database refuses; the guard, on top
+	// of the fix, reports them (sqliteguard.go).
+	guarded := newWriteGuard(createRevisionFix{backend}, klog.FromContext(ctx).WithName("datastore"))
 	server.New(guarded, "unix", cfg.NotifyInterval, cfg.ETCDVersion).Register(gs)
 
 	lis, err := listenUnix(ctx, cfg.SocketPath)

@@ -26,13 +26,6 @@ func (b createRevisionFix) Create(ctx context.Context, key string, value []byte,
 	return rev, err
 }
 
-// verifyingCreator is a backend whose creates can report that a read-back
-// found the write stored, so the write guard (sqliteguard.go) needs no read
-// of its own: one read per create instead of two.
-type verifyingCreator interface {
-	createVerified(ctx context.Context, key string, value []byte, lease int64) (rev int64, stored bool, err error)
-}
-
 // createVerified is Create that also says whether the read-back found this
 // write's own incarnation of the key (same value, created at the answered
 // revision). A create kine refused without an error is never found: the
