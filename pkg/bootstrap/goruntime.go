@@ -6,8 +6,6 @@ import (
 	"runtime/debug"
 
 	"k8s.io/klog/v2"
-
-	"github.com/edgeplane/edgeplane/pkg/preflight"
 )
 
 const (
@@ -23,8 +21,8 @@ const (
 
 // tuneGoRuntime sets GOGC (the profile's) and a GOMEMLIMIT ceiling (half the
 // memory this process may use, at least 512 MiB) unless the user set them.
-func tuneGoRuntime(ctx context.Context, profileGCPercent int) {
-	gcPercent, limit := goRuntimeSettings(os.Getenv("GOGC") != "", os.Getenv("GOMEMLIMIT") != "", profileGCPercent, preflight.HostMemory())
+func tuneGoRuntime(ctx context.Context, profileGCPercent int, hostMemory uint64) {
+	gcPercent, limit := goRuntimeSettings(os.Getenv("GOGC") != "", os.Getenv("GOMEMLIMIT") != "", profileGCPercent, hostMemory)
 	if gcPercent > 0 {
 		debug.SetGCPercent(gcPercent)
 	}

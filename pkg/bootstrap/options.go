@@ -116,8 +116,11 @@ type completedOptions struct {
 	AllocateNodeCIDRs bool
 	// Profile holds the resolved --profile's settings.
 	Profile profile
-	Day2    day2Completed
-	Cluster clusterCompleted
+	// HostMemory is the memory this process may use (0: unknown), read once
+	// for the profile and the Go runtime's limit.
+	HostMemory uint64
+	Day2       day2Completed
+	Cluster    clusterCompleted
 
 	// problems found while parsing, reported by Validate with the rest.
 	problems []error
@@ -183,7 +186,8 @@ func (o *Options) Complete() (CompletedOptions, error) {
 	} else {
 		c.ServiceCIDR = cidr
 	}
-	if name, err := ResolveProfile(o.Profile, preflight.HostMemory()); err != nil {
+	c.HostMemory = preflight.HostMemory()
+	if name, err := ResolveProfile(o.Profile, c.HostMemory); err != nil {
 		c.problems = append(c.problems, err)
 	} else {
 		c.Profile = profileSettings(name)

@@ -29,7 +29,7 @@ const (
 // Run starts the control plane and blocks until ctx is cancelled (shutdown)
 // or a component fails. It returns nil after a clean shutdown.
 func Run(ctx context.Context, o CompletedOptions) error {
-	tuneGoRuntime(ctx, o.Profile.GCPercent)
+	tuneGoRuntime(ctx, o.Profile.GCPercent, o.HostMemory)
 	s, err := start(ctx, o)
 	if err != nil {
 		return err

@@ -71,9 +71,10 @@ func Evaluate(o Options, f Facts) []Finding {
 
 	// Memory versus what the profile and datastore need.
 	need, why := memoryNeed(o)
-	mem, where := f.MemTotal, "total"
-	if f.MemLimit != 0 && (mem == 0 || f.MemLimit < mem) {
-		mem, where = f.MemLimit, "cgroup limit"
+	mem, limited := effectiveMemory(f.MemTotal, f.MemLimit)
+	where := "total"
+	if limited {
+		where = "cgroup limit"
 	}
 	switch {
 	case mem == 0:

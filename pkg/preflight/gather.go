@@ -251,9 +251,16 @@ func parseLimit(s string) uint64 {
 // HostMemory is the memory this process may use: the host's MemTotal, or
 // its cgroup's memory limit when that is lower (0 when unknown).
 func HostMemory() uint64 {
-	total := memTotal("/proc/meminfo")
-	if _, _, limit := cgroupFacts("/proc", "/sys/fs/cgroup"); limit > 0 && (total == 0 || limit < total) {
-		return limit
+	_, _, limit := cgroupFacts("/proc", "/sys/fs/cgroup")
+	mem, _ := effectiveMemory(memTotal("/proc/meminfo"), limit)
+	return mem
+}
+
+// effectiveMemory is the lower of the host's total and its cgroup limit
+// (either 0 when unknown), and whether that is the limit.
+func effectiveMemory(total, limit uint64) (uint64, bool) {
+	if limit != 0 && (total == 0 || limit < total) {
+		return limit, true
 	}
-	return total
+	return total, false
 }
