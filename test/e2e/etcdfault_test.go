@@ -331,6 +331,20 @@ func faultAlive(t *testing.T, s *server) {
 	}
 }
 
+// faultWriteFails creates name during an outage (kind: "paused", "killed")
+// and checks that the write fails, and within about its timeout.
+func faultWriteFails(t *testing.T, s *server, kind, name, state string, timeout time.Duration) {
+	t.Helper()
+	d, err := faultCreate(s, name, timeout)
+	t.Logf("%s: create with timeout=%v failed after %v: %v", kind, timeout, d.Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatalf("a write succeeded while etcd was %s", state)
+	}
+	if d > timeout+10*time.Second {
+		t.Errorf("the write took %v to fail, more than its %v timeout", d, timeout)
+	}
+}
+
 // TestEtcdFault runs edgeplane on an external etcd in its own process and
 // pauses (SIGSTOP/SIGCONT) and kills (SIGKILL, then a restart on the same
 // data) that etcd while clients are connected. It checks that writes fail
@@ -363,14 +377,7 @@ func TestEtcdFault(t *testing.T) {
 			e.signal(syscall.SIGSTOP)
 			stopped := time.Now()
 			faultWaitEtcdUnready(t, s, "paused")
-			d, err := faultCreate(s, fmt.Sprintf("paused-%d", cycle), serverTimeout)
-			t.Logf("paused: create with timeout=%v failed after %v: %v", serverTimeout, d.Round(time.Millisecond), err)
-			if err == nil {
-				t.Fatal("a write succeeded while etcd was paused")
-			}
-			if d > serverTimeout+10*time.Second {
-				t.Errorf("the write took %v to fail, more than its %v timeout", d, serverTimeout)
-			}
+			faultWriteFails(t, s, "paused", fmt.Sprintf("paused-%d", cycle), "paused", serverTimeout)
 			if faultFull() && cycle == 0 {
 				d, err := faultCreate(s, "paused-default-timeout", 0)
 				t.Logf("paused: create with the default timeout failed after %v: %v", d.Round(time.Millisecond), err)
@@ -408,14 +415,7 @@ func TestEtcdFault(t *testing.T) {
 		t.Run(fmt.Sprintf("killed %d", cycle), func(t *testing.T) {
 			e.signal(syscall.SIGKILL)
 			faultWaitEtcdUnready(t, s, "killed")
-			d, err := faultCreate(s, fmt.Sprintf("killed-%d", cycle), serverTimeout)
-			t.Logf("killed: create with timeout=%v failed after %v: %v", serverTimeout, d.Round(time.Millisecond), err)
-			if err == nil {
-				t.Fatal("a write succeeded while etcd was down")
-			}
-			if d > serverTimeout+10*time.Second {
-				t.Errorf("the write took %v to fail, more than its %v timeout", d, serverTimeout)
-			}
+			faultWriteFails(t, s, "killed", fmt.Sprintf("killed-%d", cycle), "down", serverTimeout)
 			if faultFull() {
 				time.Sleep(pause)
 			}
