@@ -82,6 +82,10 @@ func (m *ControllerManager) term(ctx context.Context, ready func()) error {
 	if err != nil {
 		return fmt.Errorf("controller-manager: config: %w", err)
 	}
+	// Before the Wrap below: the credentials client is not an informer client.
+	if c.Client, err = credentialsClient(c.Kubeconfig); err != nil {
+		return err
+	}
 	informing := make(chan struct{})
 	c.Kubeconfig.Wrap(signalOnFirstInformerRequest(informing))
 	c.EventBroadcaster = quietEvents{c.EventBroadcaster}
