@@ -67,7 +67,7 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (re
 		// Like kine, keep the endpoint (it may carry credentials) out of the error.
 		return fmt.Errorf("creating kine driver: %w", err)
 	}
-	if backend == nil {
+	if backend.Backend == nil {
 		return errors.New("kine driver has no local backend")
 	}
 	if err := backend.Start(bctx); err != nil {
@@ -91,7 +91,7 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (re
 	// kine answers a wrong revision to a create of a deleted key
 	// (kinefix.go) and hides writes its database refuses; the guard, on top
 	// of the fix, reports them (sqliteguard.go).
-	guarded := newWriteGuard(createRevisionFix{backend}, klog.FromContext(ctx).WithName("datastore"))
+	guarded := newWriteGuard(backend, klog.FromContext(ctx).WithName("datastore"))
 	server.New(guarded, "unix", cfg.NotifyInterval, cfg.ETCDVersion).Register(gs)
 
 	lis, err := listenUnix(ctx, cfg.SocketPath)

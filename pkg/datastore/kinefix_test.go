@@ -2,10 +2,15 @@ package datastore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/k3s-io/kine/pkg/drivers"
+	"github.com/k3s-io/kine/pkg/server"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -60,6 +65,71 @@ func recreateLoop(ctx context.Context, cli *clientv3.Client, key string, n int) 
 			Else(clientv3.OpGet(key)).Commit()
 		if err != nil || !del.Succeeded {
 			return fmt.Errorf("delete %s at revision %d: succeeded=%v err=%v", key, rev, del != nil && del.Succeeded, err)
+		}
+	}
+	return nil
+}
+
+// TestCreateRevisionFixModes drives both ways the fix learns a create's
+// revision, on kine and a real SQLite file: the recorded appends (SQLite)
+// and the read-back (what PostgreSQL uses), through kine's backend API.
+func TestCreateRevisionFixModes(t *testing.T) {
+	for _, recorded := range []bool{true, false} {
+		t.Run(fmt.Sprintf("recorded=%v", recorded), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(testContext(t))
+			var wg sync.WaitGroup
+			t.Cleanup(func() { cancel(); wg.Wait() })
+			cfg := drivers.Config{
+				Endpoint:         "sqlite://" + filepath.Join(t.TempDir(), sqliteFile) + "?" + sqliteParams,
+				CompactTimeout:   5 * time.Second,
+				CompactMinRetain: 1000,
+				CompactBatchSize: 1000,
+				PollBatchSize:    500,
+				PollInterval:     time.Second,
+			}
+			b, err := newKineBackend(ctx, &wg, &cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b.recorded = recorded
+			// Writers on other keys move the revision on between the
+			// insert and kine's answer, which is when kine answered wrong.
+			var writers sync.WaitGroup
+			errs := make(chan error, 4)
+			for w := range 4 {
+				writers.Go(func() { errs <- recreateBackend(ctx, b, fmt.Sprintf("/registry/configmaps/default/fix-%d", w), 30) })
+			}
+			writers.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// recreateBackend creates, checks and deletes key n times through b.
+func recreateBackend(ctx context.Context, b createRevisionFix, key string, n int) error {
+	for i := range n {
+		value := []byte(fmt.Sprintf("v%d", i))
+		rev, stored, err := b.createVerified(ctx, key, value, 0)
+		if err != nil || !stored {
+			return fmt.Errorf("create %d of %s: rev %d, stored %v, %v", i, key, rev, stored, err)
+		}
+		_, kv, err := b.Get(ctx, key, 0, false)
+		if err != nil || kv == nil || kv.ModRevision != rev || kv.CreateRevision != rev || string(kv.Value) != string(value) {
+			return fmt.Errorf("create %d of %s answered revision %d; the key reads %+v, %v", i, key, rev, kv, err)
+		}
+		if _, err := b.Create(ctx, key, value, 0); !errors.Is(err, server.ErrKeyExists) {
+			return fmt.Errorf("create of live %s: %v, want ErrKeyExists", key, err)
+		}
+		if _, _, deleted, err := b.Delete(ctx, key, rev); err != nil || !deleted {
+			return fmt.Errorf("delete %d of %s at %d: %v, %v", i, key, rev, deleted, err)
 		}
 	}
 	return nil

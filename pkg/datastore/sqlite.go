@@ -19,10 +19,10 @@ const (
 	sqliteFile = "state.db"
 	kineSocket = "kine.sock"
 
-	// DSN parameters that kine's pure-Go (modernc) sqlite driver honours: it
-	// translates _journal_mode, _busy_timeout and _synchronous into _pragma
-	// values and passes _txlock through. cache=shared is dropped without cgo.
-	// Other _pragma values pass through and run on every connection.
+	// DSN parameters, in the pure-Go (modernc.org/sqlite) driver's own form:
+	// kine passes _pragma and _txlock through to it unchanged, and the
+	// statement cache (sqlitestmts.go) opens its connections with the same
+	// string. Each _pragma runs on every new connection.
 	//
 	// journal_size_limit: SQLite never shrinks the -wal file by itself; after
 	// a checkpoint it writes again from the start of the file, which keeps
@@ -32,7 +32,7 @@ const (
 	// checkpoints after every compaction and SQLite every 1000 pages), so
 	// one burst does not keep its size on the card for good. 4 MiB is about
 	// one auto-checkpoint's worth of pages. See docs/reliability/storage.md.
-	sqliteParams = "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate&_pragma=journal_size_limit(4194304)"
+	sqliteParams = "_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=journal_size_limit(4194304)&_txlock=immediate"
 
 	// maxUnixPath is the usable length of sockaddr_un.sun_path on Linux.
 	maxUnixPath = 107

@@ -25,8 +25,8 @@ import (
 // /readyz turns unready while writes fail and ready again on its own. While
 // writes succeed it adds no writes of its own.
 type writeGuard struct {
-	// The guard's creates go through the revision fix, whose read-back
-	// already proves most creates stored (kinefix.go).
+	// The guard's creates go through the revision fix, which knows whether
+	// a create stored its key (kinefix.go).
 	createRevisionFix
 	log logr.Logger
 
@@ -53,29 +53,11 @@ func newWriteGuard(b createRevisionFix, log logr.Logger) *writeGuard {
 
 func (g *writeGuard) Create(ctx context.Context, key string, value []byte, lease int64) (int64, error) {
 	rev, stored, err := g.createVerified(ctx, key, value, lease)
-	if err == nil && !stored && !g.created(ctx, key, rev) {
+	if err == nil && !stored {
 		err = errWriteNotStored
 	}
 	g.observe(ctx, key, err)
 	return rev, err
-}
-
-// created tells whether a Create that returned rev without an error stored
-// the key: kine answers a refused create with the current revision and no
-// error. Reading the key as of rev (one indexed read) tells them apart: a
-// stored create is live at the revision it answered (a create of a live key
-// fails with ErrKeyExists instead, so the live key is this create's), a
-// refused one is absent or deleted there.
-func (g *writeGuard) created(ctx context.Context, key string, rev int64) bool {
-	if rev == 0 {
-		return false
-	}
-	_, kv, err := g.Backend.Get(ctx, key, rev, true)
-	if err != nil {
-		// Compacted already or the read failed: no evidence of a lost write.
-		return true
-	}
-	return kv != nil
 }
 
 func (g *writeGuard) Update(ctx context.Context, key string, value []byte, revision, lease int64) (int64, *server.KeyValue, bool, error) {

@@ -4,6 +4,7 @@
 // writes profiles to EDGEPLANE_PROF_DIR:
 //
 //	EDGEPLANE_PROF_CPU=5s       CPU profile of the first 5 s (cpu.pprof)
+//	EDGEPLANE_PROF_CPU_AFTER=30s  start that CPU profile 30 s after start instead (under load)
 //	EDGEPLANE_PROF_HEAP=60s,10m heap and goroutine profiles that long after start
 //	                            (heap-60s.pprof, goroutine-60s.pprof, ...), each with the
 //	                            runtime's memory statistics (memstats-60s.txt)
@@ -35,10 +36,8 @@ func main() {
 		dir = "."
 	}
 	if d, err := time.ParseDuration(os.Getenv("EDGEPLANE_PROF_CPU")); err == nil {
-		f, err := os.Create(filepath.Join(dir, "cpu.pprof"))
-		if err == nil && pprof.StartCPUProfile(f) == nil {
-			time.AfterFunc(d, func() { pprof.StopCPUProfile(); f.Close() })
-		}
+		after, _ := time.ParseDuration(os.Getenv("EDGEPLANE_PROF_CPU_AFTER"))
+		time.AfterFunc(after, func() { profileCPU(dir, d) })
 	}
 	for _, s := range strings.Split(os.Getenv("EDGEPLANE_PROF_HEAP"), ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))
@@ -57,6 +56,13 @@ func main() {
 		})
 	}
 	os.Exit(app.Main(os.Args[1:]))
+}
+
+func profileCPU(dir string, d time.Duration) {
+	f, err := os.Create(filepath.Join(dir, "cpu.pprof"))
+	if err == nil && pprof.StartCPUProfile(f) == nil {
+		time.AfterFunc(d, func() { pprof.StopCPUProfile(); f.Close() })
+	}
 }
 
 func writeHeap(dir, name string) {
