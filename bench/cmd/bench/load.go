@@ -25,7 +25,11 @@ type loadResult struct {
 	Errors      int
 	CreateTime  time.Duration
 	CreatesPerS float64
-	CreateP50   time.Duration // per-request latency
+	// CPUPerCreate is the CPU time all the configuration's processes used
+	// during the creates, divided by the creates: unlike creates/s it does
+	// not move with what else the machine runs.
+	CPUPerCreate time.Duration
+	CreateP50    time.Duration // per-request latency
 	CreateP99   time.Duration
 	ListItems   int
 	ListTimes   []time.Duration // full list of the namespace, repeated
@@ -110,7 +114,7 @@ func configMap(name string) *corev1.ConfigMap {
 // runLoad creates n ConfigMaps with the given number of concurrent clients
 // while a watcher records their events, lists them, then writes paced
 // ConfigMaps one at a time to measure watch delivery at rest.
-func runLoad(ctx context.Context, base *rest.Config, n, clients, paced int) (loadResult, error) {
+func runLoad(ctx context.Context, base *rest.Config, cpu func() time.Duration, n, clients, paced int) (loadResult, error) {
 	res := loadResult{Creates: n, Clients: clients, WatchPaced: paced}
 	admin, err := newClientset(base)
 	if err != nil {
@@ -152,6 +156,7 @@ func runLoad(ctx context.Context, base *rest.Config, n, clients, paced int) (loa
 	jobs := make(chan int)
 	var wg sync.WaitGroup
 	res.Load1 = procfs.LoadAvg()
+	cpu0 := cpu()
 	t0 := time.Now()
 	for _, cs := range css {
 		wg.Go(func() {
@@ -170,6 +175,7 @@ func runLoad(ctx context.Context, base *rest.Config, n, clients, paced int) (loa
 	close(jobs)
 	wg.Wait()
 	res.CreateTime = time.Since(t0)
+	res.CPUPerCreate = (cpu() - cpu0) / time.Duration(n)
 	res.CreatesPerS = float64(n) / res.CreateTime.Seconds()
 	var ok []time.Duration
 	for i := range n {

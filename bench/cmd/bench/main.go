@@ -334,15 +334,15 @@ func (r *runner) settleAndLoad(ctx context.Context, in *instance, res *configRes
 	logf("%s after %s idle: RSS %s PSS %s", res.Name, r.o.settle, mib(m.RSS), mib(m.PSS))
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	lr, err := runLoad(lctx, in.rest, r.o.creates, r.o.clients, r.o.paced)
+	lr, err := runLoad(lctx, in.rest, in.cpuTime, r.o.creates, r.o.clients, r.o.paced)
 	res.Load = &lr
 	if err != nil {
 		res.LoadErr = err.Error()
 		logf("%s load: %v", res.Name, err)
 		return
 	}
-	logf("%s load: %.0f creates/s (%d errors), list %d in %s, watch p50/p99 paced %s/%s, under load %s/%s (load %.2f)",
-		res.Name, lr.CreatesPerS, lr.Errors, lr.ListItems, lr.ListMedian.Round(time.Millisecond),
+	logf("%s load: %.0f creates/s (%.2f ms CPU each, %d errors), list %d in %s, watch p50/p99 paced %s/%s, under load %s/%s (load %.2f)",
+		res.Name, lr.CreatesPerS, msf(lr.CPUPerCreate), lr.Errors, lr.ListItems, lr.ListMedian.Round(time.Millisecond),
 		ms(lr.WatchP50), ms(lr.WatchP99), ms(lr.WatchLoadP50), ms(lr.WatchLoadP99), lr.Load1)
 }
 
