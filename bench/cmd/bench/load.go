@@ -30,10 +30,10 @@ type loadResult struct {
 	// not move with what else the machine runs.
 	CPUPerCreate time.Duration
 	CreateP50    time.Duration // per-request latency
-	CreateP99   time.Duration
-	ListItems   int
-	ListTimes   []time.Duration // full list of the namespace, repeated
-	ListMedian  time.Duration
+	CreateP99    time.Duration
+	ListItems    int
+	ListTimes    []time.Duration // full list of the namespace, repeated
+	ListMedian   time.Duration
 	// Watch delivery: from the write's response (acknowledged) to the ADDED
 	// event, 0 when the event came first; and end to end, from the write's
 	// request to the event.
