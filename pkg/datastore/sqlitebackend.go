@@ -2,6 +2,8 @@ package datastore
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/k3s-io/kine/pkg/logstructured"
 	"github.com/k3s-io/kine/pkg/logstructured/sqllog"
 	"github.com/k3s-io/kine/pkg/util"
+	sqlite3 "modernc.org/sqlite"
 )
 
 // sqliteMaxIdleConns is the idle connections kine keeps by default (its
@@ -20,19 +23,11 @@ const sqliteMaxIdleConns = 20
 
 // newKineBackend creates kine's backend for cfg.Endpoint as kine's driver
 // registry would, with the create fixes of kinefix.go; on SQLite, writes are
-// serialized in Go and compiled statements are kept.
+// queued in Go (sqlitewrites.go) and compiled statements are kept
+// (sqlitestmts.go).
 //
-// SQLite allows one writer at a time. Without a lock in the process, kine's
-// concurrent writers (the API server sends its writes in parallel) collide
-// on SQLite's write lock, and the loser sleeps in SQLite's busy handler
-// (1, 2, 5, 10, ... ms) before it tries again: that is the long tail of create
-// latency and of watch delivery under write load (docs/PERFORMANCE.md). With
-// kine's LockWrites the writers queue on a mutex instead and each starts the
-// moment the previous one commits; reads are not affected (WAL mode).
-//
-// kine opens the database, creates its schema and checks it; its queries
-// then run on a second handle whose connections keep their compiled
-// statements (sqlitestmts.go), and kine's own handle is closed. The backend
+// kine opens the database, creates its schema and checks it; its own handle
+// is then closed and its queries run on one opened by openSQLite. The backend
 // is assembled here from kine's parts, as NewVariant does, with its log
 // wrapped in appendRecorder; the one NewVariant returns is never started.
 func newKineBackend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config) (createRevisionFix, error) {
@@ -46,7 +41,6 @@ func newKineBackend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config
 	if err != nil {
 		return createRevisionFix{}, err
 	}
-	dialect.LockWrites = true
 
 	// kine's handle is closed first: with cgo, kine's SQLite is another
 	// library, and closing its file would drop the locks of ours.
@@ -57,10 +51,54 @@ func newKineBackend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config
 	if path, err = filepath.Abs(path); err != nil {
 		return createRevisionFix{}, fmt.Errorf("datastore: %w", err)
 	}
-	if dialect.DB, err = openSQLiteCached(ctx, wg, "file://"+path+"?"+params); err != nil {
+	if dialect.DB, err = openSQLite(ctx, wg, "file://"+path+"?"+params); err != nil {
 		return createRevisionFix{}, err
 	}
 	dialect.DB.SetMaxIdleConns(sqliteMaxIdleConns)
 	backend := logstructured.New(appendRecorder{sqllog.New(dialect, wg, cfg)})
 	return createRevisionFix{Backend: backend, recorded: true}, nil
+}
+
+// sqliteConnector opens connections that keep their compiled statements and
+// queue their writes on one token for the whole database.
+type sqliteConnector struct {
+	base   driver.Connector
+	stmts  int // compiled statements each connection keeps
+	writes writeTokens
+}
+
+// openSQLite opens dsn (modernc.org/sqlite's form) through sqliteConnector,
+// closing the database when ctx ends; wg counts that goroutine.
+func openSQLite(ctx context.Context, wg *sync.WaitGroup, dsn string) (*sql.DB, error) {
+	base, err := sqlite3.NewConnector(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("datastore: %w", err)
+	}
+	db := sql.OpenDB(sqliteConnector{base: base, stmts: stmtCacheSize, writes: newWriteTokens()})
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("datastore: opening %s: %w", dsn, err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		db.Close()
+	}()
+	return db, nil
+}
+
+func (c sqliteConnector) Driver() driver.Driver { return c.base.Driver() }
+
+func (c sqliteConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.base.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sc, ok := conn.(sqliteConn)
+	if !ok {
+		conn.Close()
+		return nil, fmt.Errorf("datastore: the SQLite driver's connection (%T) lacks an interface database/sql needs", conn)
+	}
+	return &writeSerialConn{sqliteConn: newStmtCacheConn(sc, c.stmts), writes: c.writes}, nil
 }

@@ -3,12 +3,7 @@ package datastore
 import (
 	"container/list"
 	"context"
-	"database/sql"
 	"database/sql/driver"
-	"fmt"
-	"sync"
-
-	sqlite3 "modernc.org/sqlite"
 )
 
 // SQLite compiles every SQL text it runs into a program before it runs it,
@@ -25,8 +20,9 @@ import (
 // the least recently used is dropped beyond this.
 const stmtCacheSize = 64
 
-// sqliteConn is what the cache needs from the driver's connection: the
-// interfaces database/sql looks for, which modernc.org/sqlite implements.
+// sqliteConn is what the connection wrappers need from the driver's
+// connection, and give database/sql in turn: the interfaces it looks for,
+// which modernc.org/sqlite implements.
 type sqliteConn interface {
 	driver.Conn
 	driver.ConnBeginTx
@@ -46,46 +42,8 @@ type cachedStmt interface {
 	driver.StmtQueryContext
 }
 
-// stmtCacheConnector opens SQLite connections that keep their statements.
-type stmtCacheConnector struct {
-	base driver.Connector
-	size int
-}
-
-// openSQLiteCached opens dsn (modernc.org/sqlite's form) with the statement
-// cache, closing the database when ctx ends; wg counts that goroutine.
-func openSQLiteCached(ctx context.Context, wg *sync.WaitGroup, dsn string) (*sql.DB, error) {
-	base, err := sqlite3.NewConnector(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("datastore: %w", err)
-	}
-	db := sql.OpenDB(stmtCacheConnector{base: base, size: stmtCacheSize})
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("datastore: opening %s: %w", dsn, err)
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		<-ctx.Done()
-		db.Close()
-	}()
-	return db, nil
-}
-
-func (c stmtCacheConnector) Driver() driver.Driver { return c.base.Driver() }
-
-func (c stmtCacheConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.base.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sc, ok := conn.(sqliteConn)
-	if !ok {
-		conn.Close()
-		return nil, fmt.Errorf("datastore: the SQLite driver's connection (%T) lacks an interface the statement cache needs", conn)
-	}
-	return &stmtCacheConn{sqliteConn: sc, size: c.size, byText: map[string]*list.Element{}, lru: list.New()}, nil
+func newStmtCacheConn(conn sqliteConn, size int) *stmtCacheConn {
+	return &stmtCacheConn{sqliteConn: conn, size: size, byText: map[string]*list.Element{}, lru: list.New()}
 }
 
 // stmtCacheConn is one connection with its compiled statements. database/sql

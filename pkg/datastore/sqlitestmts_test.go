@@ -32,7 +32,7 @@ func openStmtCacheTest(t *testing.T, size int) *sql.DB {
 	if err := setup.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(stmtCacheConnector{base: base, size: size})
+	db := sql.OpenDB(sqliteConnector{base: base, stmts: size, writes: newWriteTokens()})
 	db.SetMaxOpenConns(1)
 	t.Cleanup(func() { db.Close() })
 	return db
@@ -48,9 +48,13 @@ func cachedTexts(t *testing.T, db *sql.DB) []string {
 	defer conn.Close()
 	var texts []string
 	err = conn.Raw(func(dc any) error {
-		c, ok := dc.(*stmtCacheConn)
+		w, ok := dc.(*writeSerialConn)
 		if !ok {
-			return errors.New("connection is not a stmtCacheConn")
+			return errors.New("connection is not a writeSerialConn")
+		}
+		c, ok := w.sqliteConn.(*stmtCacheConn)
+		if !ok {
+			return errors.New("connection does not keep statements")
 		}
 		for el := c.lru.Front(); el != nil; el = el.Next() {
 			texts = append(texts, el.Value.(*stmtEntry).text)
