@@ -19,6 +19,8 @@ build() { # output package
 }
 build edgeplane ./cmd/edgeplane
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 build etcd ./bench/cmd/etcd
 build kine ./bench/cmd/kine
 go build -o bench/bin/bench ./bench/cmd/bench

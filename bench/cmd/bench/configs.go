@@ -27,12 +27,16 @@ type configuration struct {
 	Edgeplane bool   // one edgeplane process, else upstream kube-apiserver + a datastore process
 	Datastore string // edgeplane: sqlite or etcd; upstream: etcd or kine
 	Bare      bool   // edgeplane without controller-manager and scheduler
-	Profile   string // edgeplane --profile; empty: default (this benchmark's hosts are not small)
+	// Controllers: upstream, also kube-controller-manager and kube-scheduler
+	// (kubeadm.go), which edgeplane runs in its one process.
+	Controllers bool
+	Profile     string // edgeplane --profile; empty: default (this benchmark's hosts are not small)
 }
 
 // configurations lists what the benchmark can run, by name.
 var configurations = []configuration{
 	{Name: "upstream-etcd", About: "upstream kube-apiserver + etcd, two processes as kubeadm runs them", Datastore: "etcd"},
+	{Name: "upstream-kubeadm", About: "upstream kube-apiserver + etcd + kube-controller-manager + kube-scheduler, four processes: kubeadm's whole control plane", Datastore: "etcd", Controllers: true},
 	{Name: "upstream-kine", About: "upstream kube-apiserver + kine on SQLite, two processes (k3s's datastore)", Datastore: "kine"},
 	{Name: "edgeplane-sqlite", About: "edgeplane, SQLite: apiserver chain + controller-manager + scheduler, one process", Edgeplane: true, Datastore: "sqlite"},
 	{Name: "edgeplane-etcd", About: "edgeplane, embedded etcd: apiserver chain + controller-manager + scheduler", Edgeplane: true, Datastore: "etcd"},
@@ -41,7 +45,7 @@ var configurations = []configuration{
 	{Name: "edgeplane-etcd-apiserver", About: "edgeplane, embedded etcd, --disable=controller-manager,scheduler", Edgeplane: true, Datastore: "etcd", Bare: true},
 }
 
-const defaultConfigs = "upstream-etcd,upstream-kine,edgeplane-sqlite,edgeplane-etcd,edgeplane-sqlite-small,edgeplane-sqlite-apiserver"
+const defaultConfigs = "upstream-etcd,upstream-kubeadm,upstream-kine,edgeplane-sqlite,edgeplane-etcd,edgeplane-sqlite-small,edgeplane-sqlite-apiserver"
 
 func configByName(name string) (configuration, bool) {
 	for _, c := range configurations {
@@ -61,10 +65,15 @@ func (c configuration) binaries(binDir string) []string {
 	if c.Datastore == "kine" {
 		ds = "kine"
 	}
-	return []string{filepath.Join(binDir, ds), filepath.Join(binDir, "kube-apiserver")}
+	bins := []string{filepath.Join(binDir, ds), filepath.Join(binDir, "kube-apiserver")}
+	if c.Controllers {
+		bins = append(bins, filepath.Join(binDir, "kube-controller-manager"), filepath.Join(binDir, "kube-scheduler"))
+	}
+	return bins
 }
 
-// kineParams are the SQLite DSN parameters edgeplane gives kine.
+// kineParams are the SQLite settings edgeplane gives kine
+// (pkg/datastore's sqliteParams), in kine's own DSN form.
 const kineParams = "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate"
 
 // advertiseAddress goes into the kubernetes Service's endpoints; neither
@@ -233,6 +242,12 @@ func start(c configuration, binDir, dataDir, logDir string, env, extra []string)
 	in.rest = &rest.Config{Host: in.host, TLSClientConfig: rest.TLSClientConfig{
 		CAFile: pk("ca.crt"), CertFile: pk("admin.crt"), KeyFile: pk("admin.key"),
 	}}
+	if c.Controllers {
+		if err := startControllers(in, binDir, pki, env, logName); err != nil {
+			in.stop()
+			return nil, err
+		}
+	}
 	return in, nil
 }
 
@@ -314,8 +329,13 @@ func getReadyz(ctx context.Context, c *http.Client, host string) (bool, string) 
 }
 
 // waitAllReady waits for edgeplane's "ready" log line (every component
-// started) and returns its time since exec; upstream has nothing more to wait for.
+// started), or upstream's controller-manager and scheduler to lead
+// (kubeadm.go), and returns its time since exec; a bare upstream apiserver
+// has nothing more to wait for.
 func (in *instance) waitAllReady(timeout time.Duration, apiReady time.Duration) (time.Duration, error) {
+	if in.cfg.Controllers {
+		return in.waitLeaders(timeout)
+	}
 	if !in.cfg.Edgeplane {
 		return apiReady, nil
 	}

@@ -57,6 +57,8 @@ func kubeadmPKI(dir string) error {
 		{"apiserver", ca, serving},
 		{"apiserver-kubelet-client", ca, client("kube-apiserver-kubelet-client", "kubeadm:cluster-admins")},
 		{"admin", ca, client("bench-admin", "system:masters")},
+		{"controller-manager", ca, client("system:kube-controller-manager")},
+		{"scheduler", ca, client("system:kube-scheduler")},
 		{"front-proxy-client", fp, client("front-proxy-client")},
 		{"etcd/server", etcdCA, etcdServer},
 		{"etcd/peer", etcdCA, etcdServer},

@@ -243,7 +243,7 @@ func (rep *report) rows() []row {
 			return medianOf(r.Warm, func(s startSample) float64 { return s.Ready.Seconds() })
 		}},
 		{label: "cold start: exec to every component ready", unit: "s", format: "%.2f", value: func(r *configResult) (float64, bool) {
-			if !strings.HasPrefix(r.Name, "edgeplane") {
+			if c, ok := configByName(r.Name); !ok || !(c.Edgeplane || c.Controllers) {
 				return 0, false
 			}
 			return medianOf(r.Cold, func(s startSample) float64 { return s.AllReady.Seconds() })
@@ -385,7 +385,8 @@ func (rep *report) markdown() string {
 	}
 	b.WriteString("\nHow each figure is taken: time from exec of the configuration's processes (all at once, as the kubelet starts kubeadm's static pods; " +
 		"the upstream PKI is written beforehand, edgeplane creates its own) until `GET /readyz?verbose` with the admin client certificate returns 200, " +
-		"polled every 20 ms. \"Every component ready\" is edgeplane's `edgeplane ready in` log line (controller-manager and scheduler started). " +
+		"polled every 20 ms. \"Every component ready\" is edgeplane's `edgeplane ready in` log line (controller-manager and scheduler started), " +
+		"and for upstream-kubeadm the moment kube-controller-manager and kube-scheduler both hold their leader leases (each starts its controllers then). " +
 		"RSS and PSS are summed over the configuration's processes from /proc/<pid>/smaps_rollup. Creates are timed from the first request to the last response; " +
 		"watch delivery is timed to the ADDED event on a separate watch connection, from the create's response (0 when the event came first) and from its request; " +
 		"paced writes are one at a time, each waiting for its event. " +
