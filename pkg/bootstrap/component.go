@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -38,23 +39,71 @@ type manager struct {
 // start runs Start then Ready for c, recording the phase. On error the
 // component is stopped too (it may have started goroutines before failing).
 func (m *manager) start(ctx context.Context, c Component, stopTimeout time.Duration) error {
+	return m.startTogether(ctx, stopTimeout, c)
+}
+
+// startTogether starts components that do not depend on each other at the
+// same time: Start on each in order, then every Ready at once. Each phase is
+// recorded with the time from the common begin to its own Ready, so the
+// phases overlap in the timeline. Once all are ready they count as started in
+// the order given, and stopAll stops them in reverse. When one fails, the
+// others' Ready is cancelled and every one whose Start was called is stopped,
+// newest first; the error is the first failure's.
+func (m *manager) startTogether(ctx context.Context, stopTimeout time.Duration, cs ...Component) error {
 	logger := klog.FromContext(ctx)
 	begin := time.Now()
-	logger.V(1).Info("Starting component", "component", c.Name())
-	err := c.Start(ctx)
-	if err == nil {
-		err = c.Ready(ctx)
-	}
-	if err != nil {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
-		defer cancel()
-		if serr := c.Stop(stopCtx); serr != nil {
-			logger.Error(serr, "Stopping a component that failed to start", "component", c.Name())
+	readyCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var (
+		mu       sync.Mutex
+		failed   error
+		launched []Component
+		took     = make([]time.Duration, len(cs))
+	)
+	fail := func(c Component, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failed == nil {
+			failed = fmt.Errorf("%s: %w", c.Name(), err)
+			cancel()
 		}
-		return fmt.Errorf("%s: %w", c.Name(), err)
 	}
-	m.started = append(m.started, c)
-	m.record(ctx, c.Name(), time.Since(begin))
+	for _, c := range cs {
+		logger.V(1).Info("Starting component", "component", c.Name())
+		launched = append(launched, c) // Start may leave goroutines behind even when it fails
+		if err := c.Start(ctx); err != nil {
+			fail(c, err)
+			break
+		}
+	}
+	if failed == nil {
+		var wg sync.WaitGroup
+		for i, c := range cs {
+			wg.Go(func() {
+				if err := c.Ready(readyCtx); err != nil {
+					fail(c, err)
+					return
+				}
+				took[i] = time.Since(begin)
+			})
+		}
+		wg.Wait()
+	}
+	if failed != nil {
+		for i := len(launched) - 1; i >= 0; i-- {
+			stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+			if err := launched[i].Stop(stopCtx); err != nil {
+				logger.Error(err, "Stopping a component that failed to start", "component", launched[i].Name())
+			}
+			stopCancel()
+		}
+		return failed
+	}
+	m.started = append(m.started, cs...)
+	for i, c := range cs {
+		m.record(ctx, c.Name(), took[i])
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -37,8 +38,10 @@ func parseDisable(values []string) (map[string]bool, []error) {
 }
 
 // startControllers starts the controller-manager and the scheduler, unless
-// disabled, once the API server is ready. Started after the chain, they are
-// stopped before it.
+// disabled, once the API server is ready. Neither needs the other, so they
+// start together (the scheduler used to wait ~0.1 s behind the
+// controller-manager's ~0.5-1 s). Started after the chain, they are stopped
+// before it, the scheduler first.
 func (s *server) startControllers(ctx context.Context, o CompletedOptions) error {
 	opts := controllers.Options{
 		PKI:               s.pki,
@@ -51,25 +54,41 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 		MaxWorkers:  o.Profile.ControllerWorkers,
 		Lean:        o.Profile.LeanControllers,
 	}
+	// healthChecked is a component that also reports its health to /readyz.
+	type healthChecked interface {
+		Component
+		Check(*http.Request) error
+	}
+	var (
+		names      []string // their keys in s.checks
+		components []healthChecked
+	)
 	if !o.Disabled[componentControllerManager] {
 		cm, err := controllers.NewControllerManager(opts)
 		if err != nil {
 			return err
 		}
-		if err := s.mgr.start(ctx, cm, stopTimeout); err != nil {
-			return err
-		}
-		s.checks[componentControllerManager].attach(cm.Check)
+		names, components = append(names, componentControllerManager), append(components, cm)
 	}
 	if !o.Disabled[componentScheduler] {
 		sched, err := controllers.NewScheduler(opts)
 		if err != nil {
 			return err
 		}
-		if err := s.mgr.start(ctx, sched, stopTimeout); err != nil {
-			return err
-		}
-		s.checks[componentScheduler].attach(sched.Check)
+		names, components = append(names, componentScheduler), append(components, sched)
+	}
+	if len(components) == 0 {
+		return nil
+	}
+	start := make([]Component, len(components))
+	for i, c := range components {
+		start[i] = c
+	}
+	if err := s.mgr.startTogether(ctx, stopTimeout, start...); err != nil {
+		return err
+	}
+	for i, c := range components {
+		s.checks[names[i]].attach(c.Check)
 	}
 	return nil
 }
