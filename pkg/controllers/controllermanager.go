@@ -21,6 +21,10 @@ import (
 	cmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 )
 
+// readyPollInterval is how often Ready looks for the default ServiceAccount
+// (a ~1 ms Get on loopback; it was 100 ms, on average 50 ms of every start).
+const readyPollInterval = 25 * time.Millisecond
+
 // eventLogLevel is the verbosity at which the controller-manager logs the
 // events it records (upstream: 0, one line per Pod created or deleted).
 const eventLogLevel klog.Level = 3
@@ -109,14 +113,18 @@ func (m *ControllerManager) term(ctx context.Context, ready func()) error {
 
 // waitControllers returns once the shared informers have started (which
 // upstream does right after building every controller) and the service
-// account controller has made the default ServiceAccount.
+// account controller has made the default ServiceAccount (its informers have
+// synced and its own token works).
 func waitControllers(ctx context.Context, client kubernetes.Interface, informing <-chan struct{}) error {
 	select {
 	case <-informing:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	// A Get every readyPollInterval. A watch (list, then watch) was tried: no
+	// faster on a first start, 50-80 ms slower on a restart, where the
+	// account exists and the first Get finds it.
+	return wait.PollUntilContextCancel(ctx, readyPollInterval, true, func(ctx context.Context) (bool, error) {
 		_, err := client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	})
