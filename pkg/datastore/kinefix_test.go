@@ -24,19 +24,27 @@ func TestCreateAfterDeleteRevision(t *testing.T) {
 			ctx := testContext(t)
 			ds := startReady(ctx, t, testOptions(t, typ, t.TempDir()))
 			cli := testClient(ctx, t, ds.Client())
-			var wg sync.WaitGroup
-			errs := make(chan error, 4)
-			for w := range 4 {
-				wg.Go(func() { errs <- recreateLoop(ctx, cli, fmt.Sprintf("/registry/configmaps/default/again-%d", w), 40) })
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Error(err)
-				}
-			}
+			inParallel(t, 4, func(w int) error {
+				return recreateLoop(ctx, cli, fmt.Sprintf("/registry/configmaps/default/again-%d", w), 40)
+			})
 		})
+	}
+}
+
+// inParallel runs f(0..n-1) at once and reports each error.
+func inParallel(t *testing.T, n int, f func(w int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range n {
+		wg.Go(func() { errs <- f(w) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
 	}
 }
 
@@ -97,18 +105,9 @@ func TestCreateRevisionFixModes(t *testing.T) {
 			b.recorded = recorded
 			// Writers on other keys move the revision on between the
 			// insert and kine's answer, which is when kine answered wrong.
-			var writers sync.WaitGroup
-			errs := make(chan error, 4)
-			for w := range 4 {
-				writers.Go(func() { errs <- recreateBackend(ctx, b, fmt.Sprintf("/registry/configmaps/default/fix-%d", w), 30) })
-			}
-			writers.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Error(err)
-				}
-			}
+			inParallel(t, 4, func(w int) error {
+				return recreateBackend(ctx, b, fmt.Sprintf("/registry/configmaps/default/fix-%d", w), 30)
+			})
 		})
 	}
 }
