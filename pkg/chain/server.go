@@ -102,6 +102,8 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: build config: %w", err)
 	}
+	// Taken before tune turns the upstream hooks they replace off.
+	hooks := bootstrapHooks(config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks)
 	tune(config, c)
 	completedConfig, err := config.Complete()
 	if err != nil {
@@ -114,6 +116,11 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 	// The aggregator is outermost: its /readyz speaks for the whole chain.
 	if err := aggregator.GenericAPIServer.AddReadyzChecks(c.ReadyzChecks...); err != nil {
 		return nil, nil, fmt.Errorf("chain: readyz checks: %w", err)
+	}
+	for name, hook := range hooks {
+		if err := aggregator.GenericAPIServer.AddPostStartHook(name, hook); err != nil {
+			return nil, nil, fmt.Errorf("chain: %w", err)
+		}
 	}
 	prepared, err := aggregator.PrepareRun()
 	if err != nil {

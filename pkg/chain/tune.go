@@ -52,5 +52,7 @@ func tune(config *app.Config, c *Config) {
 		generic.DisabledPostStartHooks = sets.NewString()
 	}
 	generic.DisabledPostStartHooks.Insert(disabledHooks(c)...)
+	// edgeplane's own hooks do their work (bootstraphooks.go).
+	generic.DisabledPostStartHooks.Insert(replacedHooks...)
 	applyTuningConfig(config, c.Tuning)
 }

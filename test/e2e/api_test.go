@@ -42,6 +42,7 @@ func TestControlPlane(t *testing.T) {
 			caBefore := readFile(t, filepath.Join(dir, "tls", "server-ca.crt"))
 
 			t.Run("health endpoints are anonymous, the API is not", func(t *testing.T) { testAnonymous(t, s) })
+			t.Run("bootstrap RBAC and priority classes", func(t *testing.T) { testBootstrapPolicy(t, s) })
 			t.Run("configmaps", func(t *testing.T) { testConfigMaps(t, s) })
 			t.Run("secrets", func(t *testing.T) { testSecrets(t, s) })
 			t.Run("namespaces", func(t *testing.T) { testNamespaces(t, s) })

@@ -1,0 +1,185 @@
+package chain
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/component-helpers/auth/rbac/reconciliation"
+	"k8s.io/klog/v2"
+	schedulingapiv1 "k8s.io/kubernetes/pkg/apis/scheduling/v1"
+	rbacrest "k8s.io/kubernetes/pkg/registry/rbac/rest"
+	schedulingrest "k8s.io/kubernetes/pkg/registry/scheduling/rest"
+	"k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy"
+)
+
+// The API server creates the default RBAC roles and bindings and the system
+// priority classes in two post-start hooks, and /readyz waits for both. Both
+// upstream hooks start with wait.Poll(1*time.Second, ...), which sleeps a
+// whole second before the first attempt: every start of every configuration,
+// upstream's included, spent that second doing nothing (docs/PERFORMANCE.md,
+// "Start-up"). edgeplane replaces them with hooks that do the same work from
+// the same upstream data (bootstrappolicy, SystemPriorityClasses) with the
+// same reconciliation, but try at once and then every second, for the same
+// 30 s.
+//
+// Upstream's RBAC hook also migrates roles and bindings of clusters created
+// before Kubernetes 1.9 (primeAggregatedClusterRoles,
+// primeSplitClusterRoleBindings); an edgeplane data dir is never that old, so
+// those steps, which find nothing to do on newer data, are left out.
+const (
+	bootstrapRolesHook           = "edgeplane/bootstrap-roles"
+	bootstrapPriorityClassesHook = "edgeplane/bootstrap-system-priority-classes"
+	bootstrapRetry               = time.Second
+	bootstrapTimeout             = 30 * time.Second
+)
+
+// replacedHooks are the upstream hooks bootstrapHooks stands in for.
+var replacedHooks = []string{rbacrest.PostStartHookName, schedulingrest.PostStartHookName}
+
+// bootstrapHooks returns edgeplane's hooks for the upstream hooks that are on
+// in disabled (before tune turns them off), keyed by name.
+func bootstrapHooks(disabled sets.String) map[string]genericapiserver.PostStartHookFunc {
+	hooks := map[string]genericapiserver.PostStartHookFunc{}
+	if !disabled.Has(rbacrest.PostStartHookName) {
+		hooks[bootstrapRolesHook] = retryingHook(bootstrapRolesHook, ensureRBACPolicy)
+	}
+	if !disabled.Has(schedulingrest.PostStartHookName) {
+		hooks[bootstrapPriorityClassesHook] = retryingHook(bootstrapPriorityClassesHook, ensurePriorityClasses)
+	}
+	return hooks
+}
+
+// retryingHook runs attempt at once, then every second until it is done,
+// for at most 30 s; not done by then fails the hook, and with it the start,
+// as upstream's hooks do. attempt logs what it could not do.
+func retryingHook(name string, attempt func(context.Context, kubernetes.Interface) bool) genericapiserver.PostStartHookFunc {
+	return func(hc genericapiserver.PostStartHookContext) error {
+		client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
+		if err != nil {
+			return err
+		}
+		err = wait.PollUntilContextTimeout(hc.Context, bootstrapRetry, bootstrapTimeout, true,
+			func(ctx context.Context) (bool, error) { return attempt(ctx, client), nil })
+		if err != nil {
+			return fmt.Errorf("%s: not done after %s (see the log): %w", name, bootstrapTimeout, err)
+		}
+		return nil
+	}
+}
+
+func isConflictOrServiceUnavailable(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsServiceUnavailable(err)
+}
+
+// ensureRBACPolicy creates or reconciles the bootstrap cluster roles, cluster
+// role bindings, roles and role bindings. It tries every object and reports
+// not done if any failed, so the next attempt retries them.
+func ensureRBACPolicy(ctx context.Context, client kubernetes.Interface) bool {
+	logger := klog.FromContext(ctx)
+	// The datastore must answer before reconciling starts.
+	if _, err := client.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		logger.Info("Waiting to create the bootstrap RBAC policy", "err", err)
+		return false
+	}
+	failed := false
+	reconcile := func(kind, namespace, name string, run func() (op reconciliation.ReconcileOperation, protected bool, err error)) {
+		err := retry.OnError(retry.DefaultBackoff, isConflictOrServiceUnavailable, func() error {
+			op, protected, err := run()
+			switch {
+			case err != nil:
+				return err
+			case protected && op != reconciliation.ReconcileNone:
+				logger.Info("Skipped a reconcile-protected object that lacks bootstrap permissions", "kind", kind, "namespace", namespace, "name", name)
+			case op != reconciliation.ReconcileNone:
+				logger.V(2).Info("Reconciled bootstrap RBAC", "kind", kind, "namespace", namespace, "name", name, "operation", op)
+			}
+			return nil
+		})
+		if err != nil {
+			logger.Error(err, "Reconciling bootstrap RBAC", "kind", kind, "namespace", namespace, "name", name)
+			failed = true
+		}
+	}
+
+	for _, r := range append(bootstrappolicy.ClusterRoles(), bootstrappolicy.ControllerRoles()...) {
+		opts := reconciliation.ReconcileRoleOptions{
+			Role:    reconciliation.ClusterRoleRuleOwner{ClusterRole: &r},
+			Client:  reconciliation.ClusterRoleModifier{Client: client.RbacV1().ClusterRoles()},
+			Confirm: true,
+		}
+		reconcile("ClusterRole", "", r.Name, func() (reconciliation.ReconcileOperation, bool, error) {
+			res, err := opts.Run()
+			return res.Operation, res.Protected, err
+		})
+	}
+	for _, b := range append(bootstrappolicy.ClusterRoleBindings(), bootstrappolicy.ControllerRoleBindings()...) {
+		opts := reconciliation.ReconcileRoleBindingOptions{
+			RoleBinding: reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: &b},
+			Client:      reconciliation.ClusterRoleBindingClientAdapter{Client: client.RbacV1().ClusterRoleBindings()},
+			Confirm:     true,
+		}
+		reconcile("ClusterRoleBinding", "", b.Name, func() (reconciliation.ReconcileOperation, bool, error) {
+			res, err := opts.Run()
+			return res.Operation, res.Protected, err
+		})
+	}
+	for namespace, roles := range bootstrappolicy.NamespaceRoles() {
+		for _, r := range roles {
+			opts := reconciliation.ReconcileRoleOptions{
+				Role:    reconciliation.RoleRuleOwner{Role: &r},
+				Client:  reconciliation.RoleModifier{Client: client.RbacV1(), NamespaceClient: client.CoreV1().Namespaces()},
+				Confirm: true,
+			}
+			reconcile("Role", namespace, r.Name, func() (reconciliation.ReconcileOperation, bool, error) {
+				res, err := opts.Run()
+				return res.Operation, res.Protected, err
+			})
+		}
+	}
+	for namespace, bindings := range bootstrappolicy.NamespaceRoleBindings() {
+		for _, b := range bindings {
+			opts := reconciliation.ReconcileRoleBindingOptions{
+				RoleBinding: reconciliation.RoleBindingAdapter{RoleBinding: &b},
+				Client:      reconciliation.RoleBindingClientAdapter{Client: client.RbacV1(), NamespaceClient: client.CoreV1().Namespaces()},
+				Confirm:     true,
+			}
+			reconcile("RoleBinding", namespace, b.Name, func() (reconciliation.ReconcileOperation, bool, error) {
+				res, err := opts.Run()
+				return res.Operation, res.Protected, err
+			})
+		}
+	}
+	return !failed
+}
+
+// ensurePriorityClasses creates the system priority classes that do not
+// exist; like upstream it leaves existing ones as they are. A failed read or
+// create is retried at the next attempt.
+func ensurePriorityClasses(ctx context.Context, client kubernetes.Interface) bool {
+	logger := klog.FromContext(ctx)
+	pcs := client.SchedulingV1().PriorityClasses()
+	for _, pc := range schedulingapiv1.SystemPriorityClasses() {
+		_, err := pcs.Get(ctx, pc.Name, metav1.GetOptions{})
+		if err == nil {
+			continue
+		}
+		if !apierrors.IsNotFound(err) {
+			logger.Info("Waiting to read a system PriorityClass", "name", pc.Name, "err", err)
+			return false
+		}
+		if _, err = pcs.Create(ctx, pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			logger.Info("Waiting to create a system PriorityClass", "name", pc.Name, "err", err)
+			return false
+		}
+		logger.V(2).Info("Created a system PriorityClass", "name", pc.Name, "value", pc.Value)
+	}
+	return true
+}
