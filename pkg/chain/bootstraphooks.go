@@ -79,9 +79,66 @@ func isConflictOrServiceUnavailable(err error) bool {
 	return apierrors.IsConflict(err) || apierrors.IsServiceUnavailable(err)
 }
 
-// ensureRBACPolicy creates or reconciles the bootstrap cluster roles, cluster
-// role bindings, roles and role bindings. It tries every object and reports
-// not done if any failed, so the next attempt retries them.
+// BootstrapObject is one object of upstream's bootstrap RBAC policy and the
+// reconcile that brings it in line.
+type BootstrapObject struct {
+	Kind, Namespace, Name string
+	// Reconcile compares the object with the policy and, when confirm was
+	// set, creates or updates it.
+	Reconcile func() (op reconciliation.ReconcileOperation, protected bool, err error)
+}
+
+// BootstrapRBAC lists upstream's bootstrap cluster roles, cluster role
+// bindings, roles and role bindings with their reconciles through client;
+// without confirm a reconcile only reports what it would do.
+func BootstrapRBAC(client kubernetes.Interface, confirm bool) []BootstrapObject {
+	var objs []BootstrapObject
+	add := func(kind, namespace, name string, run func() (reconciliation.ReconcileOperation, bool, error)) {
+		objs = append(objs, BootstrapObject{Kind: kind, Namespace: namespace, Name: name, Reconcile: run})
+	}
+	rbac, namespaces := client.RbacV1(), client.CoreV1().Namespaces()
+	for _, r := range append(bootstrappolicy.ClusterRoles(), bootstrappolicy.ControllerRoles()...) {
+		opts := reconciliation.ReconcileRoleOptions{Role: reconciliation.ClusterRoleRuleOwner{ClusterRole: &r},
+			Client: reconciliation.ClusterRoleModifier{Client: rbac.ClusterRoles()}, Confirm: confirm}
+		add("ClusterRole", "", r.Name, func() (reconciliation.ReconcileOperation, bool, error) {
+			res, err := opts.Run()
+			return res.Operation, res.Protected, err
+		})
+	}
+	for _, b := range append(bootstrappolicy.ClusterRoleBindings(), bootstrappolicy.ControllerRoleBindings()...) {
+		opts := reconciliation.ReconcileRoleBindingOptions{RoleBinding: reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: &b},
+			Client: reconciliation.ClusterRoleBindingClientAdapter{Client: rbac.ClusterRoleBindings()}, Confirm: confirm}
+		add("ClusterRoleBinding", "", b.Name, func() (reconciliation.ReconcileOperation, bool, error) {
+			res, err := opts.Run()
+			return res.Operation, res.Protected, err
+		})
+	}
+	for ns, roles := range bootstrappolicy.NamespaceRoles() {
+		for _, r := range roles {
+			opts := reconciliation.ReconcileRoleOptions{Role: reconciliation.RoleRuleOwner{Role: &r},
+				Client: reconciliation.RoleModifier{Client: rbac, NamespaceClient: namespaces}, Confirm: confirm}
+			add("Role", ns, r.Name, func() (reconciliation.ReconcileOperation, bool, error) {
+				res, err := opts.Run()
+				return res.Operation, res.Protected, err
+			})
+		}
+	}
+	for ns, bindings := range bootstrappolicy.NamespaceRoleBindings() {
+		for _, b := range bindings {
+			opts := reconciliation.ReconcileRoleBindingOptions{RoleBinding: reconciliation.RoleBindingAdapter{RoleBinding: &b},
+				Client: reconciliation.RoleBindingClientAdapter{Client: rbac, NamespaceClient: namespaces}, Confirm: confirm}
+			add("RoleBinding", ns, b.Name, func() (reconciliation.ReconcileOperation, bool, error) {
+				res, err := opts.Run()
+				return res.Operation, res.Protected, err
+			})
+		}
+	}
+	return objs
+}
+
+// ensureRBACPolicy creates or reconciles the bootstrap RBAC policy. It tries
+// every object and reports not done if any failed, so the next attempt
+// retries them.
 func ensureRBACPolicy(ctx context.Context, client kubernetes.Interface) bool {
 	logger := klog.FromContext(ctx)
 	// The datastore must answer before reconciling starts.
@@ -89,75 +146,26 @@ func ensureRBACPolicy(ctx context.Context, client kubernetes.Interface) bool {
 		logger.Info("Waiting to create the bootstrap RBAC policy", "err", err)
 		return false
 	}
-	failed := false
-	reconcile := func(kind, namespace, name string, run func() (op reconciliation.ReconcileOperation, protected bool, err error)) {
+	done := true
+	for _, o := range BootstrapRBAC(client, true) {
 		err := retry.OnError(retry.DefaultBackoff, isConflictOrServiceUnavailable, func() error {
-			op, protected, err := run()
+			op, protected, err := o.Reconcile()
 			switch {
 			case err != nil:
 				return err
 			case protected && op != reconciliation.ReconcileNone:
-				logger.Info("Skipped a reconcile-protected object that lacks bootstrap permissions", "kind", kind, "namespace", namespace, "name", name)
+				logger.Info("Skipped a reconcile-protected object that lacks bootstrap permissions", "kind", o.Kind, "namespace", o.Namespace, "name", o.Name)
 			case op != reconciliation.ReconcileNone:
-				logger.V(2).Info("Reconciled bootstrap RBAC", "kind", kind, "namespace", namespace, "name", name, "operation", op)
+				logger.V(2).Info("Reconciled bootstrap RBAC", "kind", o.Kind, "namespace", o.Namespace, "name", o.Name, "operation", op)
 			}
 			return nil
 		})
 		if err != nil {
-			logger.Error(err, "Reconciling bootstrap RBAC", "kind", kind, "namespace", namespace, "name", name)
-			failed = true
+			logger.Error(err, "Reconciling bootstrap RBAC", "kind", o.Kind, "namespace", o.Namespace, "name", o.Name)
+			done = false
 		}
 	}
-
-	for _, r := range append(bootstrappolicy.ClusterRoles(), bootstrappolicy.ControllerRoles()...) {
-		opts := reconciliation.ReconcileRoleOptions{
-			Role:    reconciliation.ClusterRoleRuleOwner{ClusterRole: &r},
-			Client:  reconciliation.ClusterRoleModifier{Client: client.RbacV1().ClusterRoles()},
-			Confirm: true,
-		}
-		reconcile("ClusterRole", "", r.Name, func() (reconciliation.ReconcileOperation, bool, error) {
-			res, err := opts.Run()
-			return res.Operation, res.Protected, err
-		})
-	}
-	for _, b := range append(bootstrappolicy.ClusterRoleBindings(), bootstrappolicy.ControllerRoleBindings()...) {
-		opts := reconciliation.ReconcileRoleBindingOptions{
-			RoleBinding: reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: &b},
-			Client:      reconciliation.ClusterRoleBindingClientAdapter{Client: client.RbacV1().ClusterRoleBindings()},
-			Confirm:     true,
-		}
-		reconcile("ClusterRoleBinding", "", b.Name, func() (reconciliation.ReconcileOperation, bool, error) {
-			res, err := opts.Run()
-			return res.Operation, res.Protected, err
-		})
-	}
-	for namespace, roles := range bootstrappolicy.NamespaceRoles() {
-		for _, r := range roles {
-			opts := reconciliation.ReconcileRoleOptions{
-				Role:    reconciliation.RoleRuleOwner{Role: &r},
-				Client:  reconciliation.RoleModifier{Client: client.RbacV1(), NamespaceClient: client.CoreV1().Namespaces()},
-				Confirm: true,
-			}
-			reconcile("Role", namespace, r.Name, func() (reconciliation.ReconcileOperation, bool, error) {
-				res, err := opts.Run()
-				return res.Operation, res.Protected, err
-			})
-		}
-	}
-	for namespace, bindings := range bootstrappolicy.NamespaceRoleBindings() {
-		for _, b := range bindings {
-			opts := reconciliation.ReconcileRoleBindingOptions{
-				RoleBinding: reconciliation.RoleBindingAdapter{RoleBinding: &b},
-				Client:      reconciliation.RoleBindingClientAdapter{Client: client.RbacV1(), NamespaceClient: client.CoreV1().Namespaces()},
-				Confirm:     true,
-			}
-			reconcile("RoleBinding", namespace, b.Name, func() (reconciliation.ReconcileOperation, bool, error) {
-				res, err := opts.Run()
-				return res.Operation, res.Protected, err
-			})
-		}
-	}
-	return !failed
+	return done
 }
 
 // ensurePriorityClasses creates the system priority classes that do not
