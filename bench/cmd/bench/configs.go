@@ -15,8 +15,6 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 // A configuration is one way to run a control plane: its processes, binaries
@@ -385,17 +383,6 @@ func (in *instance) counters() (ioCounters, error) {
 		sum = sum.add(c)
 	}
 	return sum, nil
-}
-
-// cpuTime sums the processes' CPU time so far (0 for one that cannot be read).
-func (in *instance) cpuTime() time.Duration {
-	var sum time.Duration
-	for _, p := range in.procs {
-		if d, err := procfs.CPUTime(p.pid()); err == nil {
-			sum += d
-		}
-	}
-	return sum
 }
 
 // stop stops the processes, apiserver first, datastore last.

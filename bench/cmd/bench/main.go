@@ -334,7 +334,7 @@ func (r *runner) settleAndLoad(ctx context.Context, in *instance, res *configRes
 	logf("%s after %s idle: RSS %s PSS %s", res.Name, r.o.settle, mib(m.RSS), mib(m.PSS))
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	lr, err := runLoad(lctx, in.rest, in.cpuTime, r.o.creates, r.o.clients, r.o.paced)
+	lr, err := runLoad(lctx, in.rest, in.cpu, r.o.creates, r.o.clients, r.o.paced)
 	res.Load = &lr
 	if err != nil {
 		res.LoadErr = err.Error()

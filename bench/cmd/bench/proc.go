@@ -233,6 +233,13 @@ func readIO(pid int) (ioCounters, error) {
 	return c, err
 }
 
+// cpu is the CPU time the instance's processes used so far (counters
+// without its I/O figures; a process it cannot read counts 0).
+func (in *instance) cpu() time.Duration {
+	c, _ := in.counters()
+	return c.CPU
+}
+
 // dirSize is the disk space used by the files under dir.
 func dirSize(dir string) int64 {
 	var n int64
