@@ -28,6 +28,8 @@ type createRevisionFix struct {
 	server.Backend
 	// recorded: the backend's log is wrapped in appendRecorder.
 	recorded bool
+	// feed is the SQLite log's watch feed (sqlitewatch.go), nil elsewhere.
+	feed *commitFeed
 }
 
 func (b createRevisionFix) Create(ctx context.Context, key string, value []byte, lease int64) (int64, error) {

@@ -84,24 +84,7 @@ func recreateLoop(ctx context.Context, cli *clientv3.Client, key string, n int) 
 func TestCreateRevisionFixModes(t *testing.T) {
 	for _, recorded := range []bool{true, false} {
 		t.Run(fmt.Sprintf("recorded=%v", recorded), func(t *testing.T) {
-			ctx, cancel := context.WithCancel(testContext(t))
-			var wg sync.WaitGroup
-			t.Cleanup(func() { cancel(); wg.Wait() })
-			cfg := drivers.Config{
-				Endpoint:         "sqlite://" + filepath.Join(t.TempDir(), sqliteFile) + "?" + sqliteParams,
-				CompactTimeout:   5 * time.Second,
-				CompactMinRetain: 1000,
-				CompactBatchSize: 1000,
-				PollBatchSize:    500,
-				PollInterval:     time.Second,
-			}
-			b, err := newKineBackend(ctx, &wg, &cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
+			ctx, b := startSQLiteBackend(t)
 			b.recorded = recorded
 			// Writers on other keys move the revision on between the
 			// insert and kine's answer, which is when kine answered wrong.
@@ -110,6 +93,31 @@ func TestCreateRevisionFixModes(t *testing.T) {
 			})
 		})
 	}
+}
+
+// startSQLiteBackend starts kine's backend as edgeplane assembles it, on a
+// new SQLite file; it stops with the test.
+func startSQLiteBackend(t *testing.T) (context.Context, createRevisionFix) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testContext(t))
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	cfg := drivers.Config{
+		Endpoint:         "sqlite://" + filepath.Join(t.TempDir(), sqliteFile) + "?" + sqliteParams,
+		CompactTimeout:   5 * time.Second,
+		CompactMinRetain: 1000,
+		CompactBatchSize: 1000,
+		PollBatchSize:    500,
+		PollInterval:     time.Second,
+	}
+	b, err := newKineBackend(ctx, &wg, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, b
 }
 
 // recreateBackend creates, checks and deletes key n times through b.

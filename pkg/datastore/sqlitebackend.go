@@ -23,13 +23,14 @@ const sqliteMaxIdleConns = 20
 
 // newKineBackend creates kine's backend for cfg.Endpoint as kine's driver
 // registry would, with the create fixes of kinefix.go; on SQLite, writes are
-// queued in Go (sqlitewrites.go) and compiled statements are kept
-// (sqlitestmts.go).
+// queued in Go (sqlitewrites.go), compiled statements are kept
+// (sqlitestmts.go), and creates reach watchers as they commit (sqlitewatch.go).
 //
 // kine opens the database, creates its schema and checks it; its own handle
 // is then closed and its queries run on one opened by openSQLite. The backend
 // is assembled here from kine's parts, as NewVariant does, with its log
-// wrapped in appendRecorder; the one NewVariant returns is never started.
+// wrapped in commitFeed and appendRecorder; the one NewVariant returns is
+// never started.
 func newKineBackend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config) (createRevisionFix, error) {
 	scheme, dsn := util.SchemeAndAddress(cfg.Endpoint)
 	if scheme != "sqlite" {
@@ -51,12 +52,14 @@ func newKineBackend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config
 	if path, err = filepath.Abs(path); err != nil {
 		return createRevisionFix{}, fmt.Errorf("datastore: %w", err)
 	}
-	if dialect.DB, err = openSQLite(ctx, wg, "file://"+path+"?"+params); err != nil {
+	writes := newWriteTokens()
+	if dialect.DB, err = openSQLite(ctx, wg, "file://"+path+"?"+params, writes); err != nil {
 		return createRevisionFix{}, err
 	}
 	dialect.DB.SetMaxIdleConns(sqliteMaxIdleConns)
-	backend := logstructured.New(appendRecorder{sqllog.New(dialect, wg, cfg)})
-	return createRevisionFix{Backend: backend, recorded: true}, nil
+	feed := newCommitFeed(sqllog.New(dialect, wg, cfg), writes, dialect.CurrentRevision)
+	backend := logstructured.New(appendRecorder{feed})
+	return createRevisionFix{Backend: backend, recorded: true, feed: feed}, nil
 }
 
 // sqliteConnector opens connections that keep their compiled statements and
@@ -68,13 +71,14 @@ type sqliteConnector struct {
 }
 
 // openSQLite opens dsn (modernc.org/sqlite's form) through sqliteConnector,
-// closing the database when ctx ends; wg counts that goroutine.
-func openSQLite(ctx context.Context, wg *sync.WaitGroup, dsn string) (*sql.DB, error) {
+// its writers queued on writes, closing the database when ctx ends; wg counts
+// that goroutine.
+func openSQLite(ctx context.Context, wg *sync.WaitGroup, dsn string, writes writeTokens) (*sql.DB, error) {
 	base, err := sqlite3.NewConnector(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("datastore: %w", err)
 	}
-	db := sql.OpenDB(sqliteConnector{base: base, stmts: stmtCacheSize, writes: newWriteTokens()})
+	db := sql.OpenDB(sqliteConnector{base: base, stmts: stmtCacheSize, writes: writes})
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("datastore: opening %s: %w", dsn, err)
