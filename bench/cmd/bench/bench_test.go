@@ -147,3 +147,25 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+// TestMedianLoad checks that each request figure is its own median over the
+// cold starts' runs.
+func TestMedianLoad(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	runs := []loadResult{
+		{Creates: 2000, CreatesPerS: 700, CPUPerCreate: ms(3), WatchLoadP99: ms(9), ListTimes: []time.Duration{ms(20)}},
+		{Creates: 2000, CreatesPerS: 900, CPUPerCreate: ms(2), WatchLoadP99: ms(30), ListTimes: []time.Duration{ms(21)}},
+		{Creates: 2000, CreatesPerS: 800, CPUPerCreate: ms(4), WatchLoadP99: ms(12), ListTimes: []time.Duration{ms(22)}},
+	}
+	m := medianLoad(runs)
+	if m.Creates != 2000 || m.CreatesPerS != 800 || m.CPUPerCreate != ms(3) || m.WatchLoadP99 != ms(12) {
+		t.Errorf("medians: %v creates, %v/s, %v CPU, watch p99 %v; want 2000, 800/s, 3ms, 12ms",
+			m.Creates, m.CreatesPerS, m.CPUPerCreate, m.WatchLoadP99)
+	}
+	if len(m.ListTimes) != 3 {
+		t.Errorf("list times %v, want all three", m.ListTimes)
+	}
+	if one := medianLoad(runs[:1]); one.CreatesPerS != 700 {
+		t.Errorf("one run: %v/s, want 700", one.CreatesPerS)
+	}
+}

@@ -285,8 +285,8 @@ func (r *runner) stop(in *instance) {
 	r.track(in, false)
 }
 
-// coldStart starts c on an empty data dir. The first one also measures
-// memory after the settle time and runs the request benchmark.
+// coldStart starts c on an empty data dir and runs the request benchmark on
+// it; the first one also measures memory after the settle time before that.
 func (r *runner) coldStart(ctx context.Context, c configuration, rep int) {
 	res := r.results[c.Name]
 	if res.Err != "" {
@@ -311,7 +311,15 @@ func (r *runner) coldStart(ctx context.Context, c configuration, rep int) {
 		if c.Edgeplane {
 			res.Timeline = parseTimeline(in.procs[0].logPath)
 		}
-		r.settleAndLoad(ctx, in, res)
+		r.settleMemory(ctx, in, res)
+	} else {
+		select {
+		case <-time.After(min(loadSettle, r.o.settle)):
+		case <-ctx.Done():
+		}
+	}
+	if ctx.Err() == nil && res.LoadErr == "" && res.Err == "" {
+		r.load(ctx, in, res)
 	}
 	r.stop(in)
 	if rep > 1 && !r.o.keep {
@@ -319,7 +327,8 @@ func (r *runner) coldStart(ctx context.Context, c configuration, rep int) {
 	}
 }
 
-func (r *runner) settleAndLoad(ctx context.Context, in *instance, res *configResult) {
+// settleMemory reads memory again after the settle time.
+func (r *runner) settleMemory(ctx context.Context, in *instance, res *configResult) {
 	select {
 	case <-time.After(r.o.settle):
 	case <-ctx.Done():
@@ -332,15 +341,22 @@ func (r *runner) settleAndLoad(ctx context.Context, in *instance, res *configRes
 	}
 	res.MemIdle = &idleMemory{After: r.o.settle, Mem: m, Load1: procfs.LoadAvg()}
 	logf("%s after %s idle: RSS %s PSS %s", res.Name, r.o.settle, mib(m.RSS), mib(m.PSS))
+}
+
+// load runs the request benchmark on in; res.Load is the median over the
+// cold starts so far.
+func (r *runner) load(ctx context.Context, in *instance, res *configResult) {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	lr, err := runLoad(lctx, in.rest, in.cpu, r.o.creates, r.o.clients, r.o.paced)
-	res.Load = &lr
 	if err != nil {
 		res.LoadErr = err.Error()
 		logf("%s load: %v", res.Name, err)
 		return
 	}
+	res.Loads = append(res.Loads, lr)
+	m := medianLoad(res.Loads)
+	res.Load = &m
 	logf("%s load: %.0f creates/s (%.2f ms CPU each, %d errors), list %d in %s, watch p50/p99 paced %s/%s, under load %s/%s (load %.2f)",
 		res.Name, lr.CreatesPerS, msf(lr.CPUPerCreate), lr.Errors, lr.ListItems, lr.ListMedian.Round(time.Millisecond),
 		ms(lr.WatchP50), ms(lr.WatchP99), ms(lr.WatchLoadP50), ms(lr.WatchLoadP99), lr.Load1)

@@ -65,7 +65,8 @@ type configResult struct {
 	Cold, Warm  []startSample
 	Timeline    []phase // edgeplane's "Start-up phase done" lines, first cold start
 	MemIdle     *idleMemory
-	Load        *loadResult
+	Loads       []loadResult // the request benchmark of each cold start
+	Load        *loadResult  // their medians
 	LoadErr     string
 	Idle        *idleResult
 	Err         string
@@ -365,9 +366,9 @@ func (rep *report) markdown() string {
 	fmt.Fprintf(&b, "- Load average (1 min): %.2f at the start, %.2f at the end (the machine is shared; per-measurement load is in the details)\n", m.Load1, rep.LoadEnd)
 	fmt.Fprintf(&b, "- Command: `%s`\n", rep.Command)
 	fmt.Fprintf(&b, "- Settings: %d cold and %d warm starts per configuration, interleaved (medians shown); memory re-read %s after the first cold start; "+
-		"%d ConfigMaps created by %d clients (one connection each), then %d paced writes for watch latency; "+
+		"after every cold start (%s after it from the second on), %d ConfigMaps created by %d clients (one connection each), then %d paced writes for watch latency (each request figure is its median over the cold starts); "+
 		"idle writes over %s after %s of settling, every configuration idle at once.\n",
-		o.Repeat, o.Repeat, o.Settle, o.Creates, o.Clients, o.Paced, o.Idle, o.IdleSettle)
+		o.Repeat, o.Repeat, o.Settle, min(loadSettle, o.Settle), o.Creates, o.Clients, o.Paced, o.Idle, o.IdleSettle)
 	if len(o.Env) > 0 || len(o.EdgeplaneArgs) > 0 {
 		fmt.Fprintf(&b, "- Extra environment: `%s`; extra edgeplane arguments: `%s`\n", strings.Join(o.Env, " "), strings.Join(o.EdgeplaneArgs, " "))
 	}
@@ -417,9 +418,10 @@ func (rep *report) markdown() string {
 			fmt.Fprintf(&b, "- after %s idle: RSS %.0f MiB, PSS %.0f MiB = anon %.0f + file %.0f (load %.2f)\n",
 				r.MemIdle.After, mibf(mm.RSS), mibf(mm.PSS), mibf(mm.PSSAnon), mibf(mm.PSSFile), r.MemIdle.Load1)
 		}
-		if l := r.Load; l != nil {
-			fmt.Fprintf(&b, "- requests: %d creates in %s (%d errors), latency p50 %.1f ms p99 %.1f ms; list %d items:",
-				l.Creates, l.CreateTime.Round(time.Millisecond), l.Errors, msf(l.CreateP50), msf(l.CreateP99), l.ListItems)
+		for i := range r.Loads {
+			l := &r.Loads[i]
+			fmt.Fprintf(&b, "- requests, cold start %d: %d creates in %s (%d errors), latency p50 %.1f ms p99 %.1f ms; list %d items:",
+				i+1, l.Creates, l.CreateTime.Round(time.Millisecond), l.Errors, msf(l.CreateP50), msf(l.CreateP99), l.ListItems)
 			for _, t := range l.ListTimes {
 				fmt.Fprintf(&b, " %.0f", msf(t))
 			}
