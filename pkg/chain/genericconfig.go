@@ -139,6 +139,7 @@ func buildGenericConfig(s cpoptions.CompletedOptions, informerName *cache.Inform
 	if err := s.Etcd.ApplyWithStorageFactoryTo(storageFactory, c); err != nil {
 		return nil, nil, nil, err
 	}
+	c.RESTOptionsGetter = shareStorageClients(c.RESTOptionsGetter)
 
 	// Authentication and authorization run until the server has drained.
 	ctx := wait.ContextForChannel(c.DrainedNotify())

@@ -16,7 +16,7 @@ func newClient(cc ClientConfig, lg logr.Logger) (*clientv3.Client, error) {
 	cfg := clientv3.Config{
 		Endpoints:   cc.Endpoints,
 		DialTimeout: 5 * time.Second,
-		Logger:      zapLogger(lg),
+		Logger:      ZapLogger(lg),
 	}
 	if cc.CAFile != "" || cc.CertFile != "" {
 		tlsInfo := transport.TLSInfo{TrustedCAFile: cc.CAFile, CertFile: cc.CertFile, KeyFile: cc.KeyFile}

@@ -137,7 +137,7 @@ func (s *etcdStore) config(lg logr.Logger) (*embed.Config, error) {
 	cfg.Dir = s.dir
 	cfg.Logger = "zap"
 	cfg.LogLevel = "warn"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(lg))
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(ZapLogger(lg))
 
 	clientURL := url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort))}
 	peerURL := url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}

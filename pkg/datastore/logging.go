@@ -111,8 +111,9 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // --- zap (etcd server and client) ---
 
-// zapLogger returns a zap logger whose entries go to lg.
-func zapLogger(lg logr.Logger) *zap.Logger {
+// ZapLogger returns a zap logger whose entries go to lg (the etcd server and
+// clients log with zap).
+func ZapLogger(lg logr.Logger) *zap.Logger {
 	return zap.New(logrCore{log: lg})
 }
 

@@ -1,0 +1,114 @@
+package chain
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/edgeplane/edgeplane/pkg/datastore"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/registry/generic"
+	serveroptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/cacher"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	api "k8s.io/kubernetes/pkg/apis/core"
+	"k8s.io/kubernetes/pkg/kubeapiserver"
+)
+
+// TestSharedStorageClients builds storage for two resources, one behind the
+// watch cache and one not, through the storage factory kube-apiserver uses
+// and the shared-client getter, on kine and a real SQLite file. It checks
+// that both use one client, that each stores and reads back an object, that
+// the client goes when the last storage is destroyed, and that other getters
+// are left alone.
+func TestSharedStorageClients(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ds, err := datastore.New(datastore.Options{Type: datastore.TypeSQLite, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ds.Stop(context.Background()) })
+	if err := ds.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ds.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	etcd := serveroptions.NewEtcdOptions(storagebackend.NewDefaultConfig("/registry", nil))
+	etcd.StorageConfig.Transport.ServerList = ds.Client().Endpoints
+	etcd.WatchCacheSizes = []string{"secrets#0"} // no watch cache
+	storageFactory, err := kubeapiserver.NewStorageFactoryConfig().Complete(etcd).New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	getter, ok := shareStorageClients(&serveroptions.StorageFactoryRestOptionsFactory{Options: *etcd, StorageFactory: storageFactory}).(sharedClientsGetter)
+	if !ok {
+		t.Fatal("the storage factory's getter was not wrapped")
+	}
+
+	type store struct {
+		s       storage.Interface
+		destroy factory.DestroyFunc
+	}
+	var stores []store
+	for _, resource := range []string{"configmaps", "secrets"} {
+		o, err := getter.GetRESTOptions(schema.GroupResource{Resource: resource}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := "/" + o.ResourcePrefix // as the registry's store does
+		keyFunc := func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(prefix+"/", obj) }
+		s, destroy, err := o.Decorator(o.StorageConfig, prefix, keyFunc,
+			func() runtime.Object { return &api.ConfigMap{} }, func() runtime.Object { return &api.ConfigMapList{} },
+			storage.DefaultNamespaceScopedAttr, nil, nil)
+		if err != nil {
+			t.Fatalf("%s storage: %v", resource, err)
+		}
+		if _, cached := s.(*cacher.CacheDelegator); cached != (resource == "configmaps") {
+			t.Errorf("%s storage behind the watch cache: %v", resource, cached)
+		}
+		stores = append(stores, store{s, destroy})
+	}
+	if n := len(getter.clients.clients); n != 1 {
+		t.Fatalf("%d datastore clients for two resources, want 1", n)
+	}
+
+	for i, st := range stores {
+		key := []string{"/configmaps/default/shared", "/secrets/default/shared"}[i]
+		in := &api.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "default"}, Data: map[string]string{"i": string(rune('0' + i))}}
+		if err := st.s.Create(ctx, key, in, &api.ConfigMap{}, 0); err != nil {
+			t.Fatalf("create %s: %v", key, err)
+		}
+		got := &api.ConfigMap{}
+		if err := st.s.Get(ctx, key, storage.GetOptions{}, got); err != nil || got.Data["i"] != in.Data["i"] {
+			t.Fatalf("%s reads %v, %v", key, got.Data, err)
+		}
+	}
+
+	stores[0].destroy()
+	if n := len(getter.clients.clients); n != 1 {
+		t.Errorf("%d clients while one storage is left, want 1", n)
+	}
+	stores[1].destroy()
+	stores[1].destroy() // upstream calls destroy functions more than once
+	if n := len(getter.clients.clients); n != 0 {
+		t.Errorf("%d clients after the last storage went, want 0", n)
+	}
+
+	other := generic.RESTOptionsGetter(fixedGetter{})
+	if shareStorageClients(other) != other {
+		t.Error("a getter other than the storage factory's was wrapped")
+	}
+}
+
+type fixedGetter struct{}
+
+func (fixedGetter) GetRESTOptions(schema.GroupResource, runtime.Object) (generic.RESTOptions, error) {
+	return generic.RESTOptions{}, nil
+}
