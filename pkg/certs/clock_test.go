@@ -117,6 +117,7 @@ func TestRenewerClockJumps(t *testing.T) {
 		batches = append(batches, names)
 		mu.Unlock()
 	})
+	r.clockEvery = time.Hour // only the ticks here; TestRenewerClockWatch covers the watch
 	logs := &logSink{}
 	ctx := logs.context(context.Background())
 	if err := r.Start(ctx); err != nil {
@@ -221,6 +222,60 @@ func TestRenewerClockJumps(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRenewerClockWatch runs a Renewer whose ticks are an hour apart and
+// jumps the wall clock forward a year, as NTP does on a board without a
+// real-time clock: the leaves are renewed at once, once, and the jump is
+// logged. Small drifts (the fake clock standing still) do not trigger a check.
+func TestRenewerClockWatch(t *testing.T) {
+	o := testOptions(t)
+	clk := &jumpClock{now: base}
+	o.Now = clk.Now
+	p := mustEnsure(t, o)
+	issued := make(chan []string, 4)
+	r := NewRenewer(o, time.Hour, func(_ context.Context, names []string) { issued <- names })
+	r.clockEvery = 10 * time.Millisecond
+	logs := &logSink{}
+	if err := r.Start(logs.context(context.Background())); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+
+	select {
+	case names := <-issued:
+		t.Fatalf("renewed %v before any jump", names)
+	case <-time.After(200 * time.Millisecond):
+	}
+	now := base.Add(365*24*time.Hour + time.Hour)
+	clk.Set(now)
+	select {
+	case names := <-issued:
+		if len(names) != len(p.LeafNames()) {
+			t.Errorf("renewed %v, want all %d leaves", names, len(p.LeafNames()))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("nothing renewed within 20 s of a year's jump; the ticker is an hour away")
+	}
+	verifyAllAt(t, p, now)
+	select {
+	case names := <-issued:
+		t.Errorf("renewed again (%v) after the jump was handled", names)
+	case <-time.After(200 * time.Millisecond):
+	}
+	jumps := 0
+	for _, l := range logs.take() {
+		if strings.Contains(l, "wall clock jumped") {
+			jumps++
+		}
+	}
+	if jumps != 1 {
+		t.Errorf("logged %d clock jumps, want 1", jumps)
+	}
 }
 
 // TestEnsureClockErrors checks start-up (Ensure) and `certs rotate` (Rotate)

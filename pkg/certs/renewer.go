@@ -18,6 +18,9 @@ type Renewer struct {
 	opts     Options
 	interval time.Duration
 	onIssue  func(ctx context.Context, names []string)
+	// clockEvery is how often the wall clock is compared with the
+	// monotonic one (clockWatch).
+	clockEvery time.Duration
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -35,7 +38,33 @@ func NewRenewer(o Options, interval time.Duration, onIssue func(ctx context.Cont
 		}
 		interval = min(max(v/30, time.Second), time.Hour)
 	}
-	return &Renewer{opts: o, interval: interval, onIssue: onIssue}
+	return &Renewer{opts: o, interval: interval, onIssue: onIssue, clockEvery: min(clockWatchEvery, interval)}
+}
+
+// A board without a real-time clock boots with its clock in the past and
+// jumps forward when NTP answers, maybe past the expiry of every leaf; the
+// ticker runs on the monotonic clock and would check again only at its next
+// tick, up to an hour later. So the loop also compares the wall clock's
+// progress with the monotonic clock's every clockWatchEvery and checks at
+// once when they part by more than clockJumpTolerance (either way: a jump
+// back may leave leaves not yet valid).
+const (
+	clockWatchEvery    = 10 * time.Second
+	clockJumpTolerance = 30 * time.Second
+)
+
+// clockSample is a reading of the wall clock (opts.Now, without a
+// monotonic reading) and of the monotonic clock at the same moment.
+type clockSample struct{ wall, mono time.Time }
+
+func (r *Renewer) sampleClock() clockSample {
+	return clockSample{wall: r.opts.Now().Round(0), mono: time.Now()}
+}
+
+// jump is how far the wall clock moved beyond (or, negative, behind) the
+// monotonic clock since s.
+func (s clockSample) jump(now clockSample) time.Duration {
+	return now.wall.Sub(s.wall) - now.mono.Sub(s.mono)
 }
 
 // Name implements the component contract.
@@ -60,11 +89,22 @@ func (r *Renewer) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
+	clock := time.NewTicker(r.clockEvery)
+	defer clock.Stop()
+	last := r.sampleClock()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-clock.C:
+			now := r.sampleClock()
+			jump := last.jump(now)
+			last = now
+			if jump.Abs() <= clockJumpTolerance {
+				continue
+			}
+			klog.FromContext(ctx).Info("The wall clock jumped; checking certificates now", "by", jump.Round(time.Second), "clock", now.wall.UTC())
 		}
 		r.check(ctx)
 	}
