@@ -278,6 +278,30 @@ func TestRenewerClockWatch(t *testing.T) {
 	}
 }
 
+// TestRenewerClockWatchSystemClock runs the watch on the system clock, as
+// the server does (Options.Now unset): it samples without failing and no
+// jump is seen.
+func TestRenewerClockWatchSystemClock(t *testing.T) {
+	o := testOptions(t)
+	o.Now = nil
+	mustEnsure(t, o)
+	r := NewRenewer(o, time.Hour, nil)
+	r.clockEvery = 5 * time.Millisecond
+	logs := &logSink{}
+	if err := r.Start(logs.context(context.Background())); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := r.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range logs.take() {
+		if strings.Contains(l, "wall clock jumped") {
+			t.Errorf("a jump seen on the system clock: %s", l)
+		}
+	}
+}
+
 // TestEnsureClockErrors checks start-up (Ensure) and `certs rotate` (Rotate)
 // at clocks at which no valid certificate can be minted: each returns a clear
 // error and writes nothing. The server's own start with a clock before the

@@ -58,7 +58,11 @@ const (
 type clockSample struct{ wall, mono time.Time }
 
 func (r *Renewer) sampleClock() clockSample {
-	return clockSample{wall: r.opts.Now().Round(0), mono: time.Now()}
+	now := r.opts.Now // nil in the server: Ensure defaults it on its copy
+	if now == nil {
+		now = time.Now
+	}
+	return clockSample{wall: now().Round(0), mono: time.Now()}
 }
 
 // jump is how far the wall clock moved beyond (or, negative, behind) the
