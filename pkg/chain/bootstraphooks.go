@@ -93,44 +93,41 @@ type BootstrapObject struct {
 // without confirm a reconcile only reports what it would do.
 func BootstrapRBAC(client kubernetes.Interface, confirm bool) []BootstrapObject {
 	var objs []BootstrapObject
-	add := func(kind, namespace, name string, run func() (reconciliation.ReconcileOperation, bool, error)) {
-		objs = append(objs, BootstrapObject{Kind: kind, Namespace: namespace, Name: name, Reconcile: run})
+	role := func(kind, namespace, name string, o reconciliation.ReconcileRoleOptions) {
+		o.Confirm = confirm
+		objs = append(objs, BootstrapObject{Kind: kind, Namespace: namespace, Name: name,
+			Reconcile: func() (reconciliation.ReconcileOperation, bool, error) {
+				res, err := o.Run()
+				return res.Operation, res.Protected, err
+			}})
+	}
+	binding := func(kind, namespace, name string, o reconciliation.ReconcileRoleBindingOptions) {
+		o.Confirm = confirm
+		objs = append(objs, BootstrapObject{Kind: kind, Namespace: namespace, Name: name,
+			Reconcile: func() (reconciliation.ReconcileOperation, bool, error) {
+				res, err := o.Run()
+				return res.Operation, res.Protected, err
+			}})
 	}
 	rbac, namespaces := client.RbacV1(), client.CoreV1().Namespaces()
 	for _, r := range append(bootstrappolicy.ClusterRoles(), bootstrappolicy.ControllerRoles()...) {
-		opts := reconciliation.ReconcileRoleOptions{Role: reconciliation.ClusterRoleRuleOwner{ClusterRole: &r},
-			Client: reconciliation.ClusterRoleModifier{Client: rbac.ClusterRoles()}, Confirm: confirm}
-		add("ClusterRole", "", r.Name, func() (reconciliation.ReconcileOperation, bool, error) {
-			res, err := opts.Run()
-			return res.Operation, res.Protected, err
-		})
+		role("ClusterRole", "", r.Name, reconciliation.ReconcileRoleOptions{Role: reconciliation.ClusterRoleRuleOwner{ClusterRole: &r},
+			Client: reconciliation.ClusterRoleModifier{Client: rbac.ClusterRoles()}})
 	}
 	for _, b := range append(bootstrappolicy.ClusterRoleBindings(), bootstrappolicy.ControllerRoleBindings()...) {
-		opts := reconciliation.ReconcileRoleBindingOptions{RoleBinding: reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: &b},
-			Client: reconciliation.ClusterRoleBindingClientAdapter{Client: rbac.ClusterRoleBindings()}, Confirm: confirm}
-		add("ClusterRoleBinding", "", b.Name, func() (reconciliation.ReconcileOperation, bool, error) {
-			res, err := opts.Run()
-			return res.Operation, res.Protected, err
-		})
+		binding("ClusterRoleBinding", "", b.Name, reconciliation.ReconcileRoleBindingOptions{RoleBinding: reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: &b},
+			Client: reconciliation.ClusterRoleBindingClientAdapter{Client: rbac.ClusterRoleBindings()}})
 	}
 	for ns, roles := range bootstrappolicy.NamespaceRoles() {
 		for _, r := range roles {
-			opts := reconciliation.ReconcileRoleOptions{Role: reconciliation.RoleRuleOwner{Role: &r},
-				Client: reconciliation.RoleModifier{Client: rbac, NamespaceClient: namespaces}, Confirm: confirm}
-			add("Role", ns, r.Name, func() (reconciliation.ReconcileOperation, bool, error) {
-				res, err := opts.Run()
-				return res.Operation, res.Protected, err
-			})
+			role("Role", ns, r.Name, reconciliation.ReconcileRoleOptions{Role: reconciliation.RoleRuleOwner{Role: &r},
+				Client: reconciliation.RoleModifier{Client: rbac, NamespaceClient: namespaces}})
 		}
 	}
 	for ns, bindings := range bootstrappolicy.NamespaceRoleBindings() {
 		for _, b := range bindings {
-			opts := reconciliation.ReconcileRoleBindingOptions{RoleBinding: reconciliation.RoleBindingAdapter{RoleBinding: &b},
-				Client: reconciliation.RoleBindingClientAdapter{Client: rbac, NamespaceClient: namespaces}, Confirm: confirm}
-			add("RoleBinding", ns, b.Name, func() (reconciliation.ReconcileOperation, bool, error) {
-				res, err := opts.Run()
-				return res.Operation, res.Protected, err
-			})
+			binding("RoleBinding", ns, b.Name, reconciliation.ReconcileRoleBindingOptions{RoleBinding: reconciliation.RoleBindingAdapter{RoleBinding: &b},
+				Client: reconciliation.RoleBindingClientAdapter{Client: rbac, NamespaceClient: namespaces}})
 		}
 	}
 	return objs

@@ -42,9 +42,9 @@ import (
 // same metadata on one stream).
 //
 // shareStorageClients replaces the storage decorator that the storage
-// factory's RESTOptions getter hands out with one that builds the same storage (upstream's etcd3
-// store, behind the watch cache where upstream puts one) on a client shared
-// by every resource with the same transport. What the client leaves out of
+// factory's RESTOptions getter hands out with one that builds the same
+// storage (upstream's etcd3 store, behind the watch cache where upstream
+// puts one) on a client shared by every resource with the same transport. What the client leaves out of
 // upstream's: gRPC client metrics and OpenTelemetry on the storage
 // connection (the etcd_request_* metrics are kept: they wrap the store).
 
@@ -63,9 +63,14 @@ type storageClients struct {
 
 type storageClient struct {
 	client    *kubernetes.Client
-	compactor etcd3.Compactor
-	stop      func() // stops the compactor
+	compactor stoppableCompactor // nil with compaction off
 	refs      int
+}
+
+// stoppableCompactor is what etcd3.StartCompactorPerEndpoint returns.
+type stoppableCompactor interface {
+	etcd3.Compactor
+	Stop()
 }
 
 // uncachedDecorator is the code of upstream's UndecoratedStorage. The
@@ -190,26 +195,25 @@ func (p *storageClients) acquire(c storagebackend.ConfigForResource) (*kubernete
 		}
 		// Latency metrics per request, as upstream decorates each client.
 		client.KV = etcd3.NewETCDLatencyTracker(client.KV)
-		sc = &storageClient{client: client, stop: func() {}}
+		sc = &storageClient{client: client}
 		if c.CompactionInterval > 0 {
-			compactor := etcd3.StartCompactorPerEndpoint(client.Client, c.CompactionInterval)
-			sc.compactor, sc.stop = compactor, compactor.Stop
+			sc.compactor = etcd3.StartCompactorPerEndpoint(client.Client, c.CompactionInterval)
 		}
 		p.clients[key] = sc
 		klog.V(2).InfoS("Storage shares one datastore client", "servers", c.Transport.ServerList)
 	}
 	sc.refs++
-	var once sync.Once
+	// newStore releases once: on its error path or in its destroy.
 	return sc.client, sc.compactor, func() {
-		once.Do(func() {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			if sc.refs--; sc.refs == 0 {
-				sc.stop()
-				_ = sc.client.Close()
-				delete(p.clients, key)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if sc.refs--; sc.refs == 0 {
+			if sc.compactor != nil {
+				sc.compactor.Stop()
 			}
-		})
+			_ = sc.client.Close()
+			delete(p.clients, key)
+		}
 	}, nil
 }
 

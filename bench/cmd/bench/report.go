@@ -192,7 +192,9 @@ func parseTimeline(path string) []phase {
 	return ps
 }
 
-func median(s []startSample, f func(startSample) float64) (float64, float64, float64, bool) {
+// median is the median of f over s (the mean of the middle two of an even
+// count), with the smallest and largest value.
+func median[S any](s []S, f func(S) float64) (float64, float64, float64, bool) {
 	if len(s) == 0 {
 		return 0, 0, 0, false
 	}
@@ -219,7 +221,7 @@ type row struct {
 
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 func mibf(b int64) float64        { return float64(b) / (1 << 20) }
-func medianOf(s []startSample, f func(startSample) float64) (float64, bool) {
+func medianOf[S any](s []S, f func(S) float64) (float64, bool) {
 	v, _, _, ok := median(s, f)
 	return v, ok
 }
