@@ -64,7 +64,9 @@ type storageClients struct {
 type storageClient struct {
 	client    *kubernetes.Client
 	compactor stoppableCompactor // nil with compaction off
-	refs      int
+	// compactorClient is the compactor's own client.
+	compactorClient *kubernetes.Client
+	refs            int
 }
 
 // stoppableCompactor is what etcd3.StartCompactorPerEndpoint returns.
@@ -101,18 +103,24 @@ func (g sharedClientsGetter) GetRESTOptions(resource schema.GroupResource, examp
 	if err != nil || o.StorageConfig == nil || o.StorageConfig.Type != storagebackend.StorageTypeETCD3 && o.StorageConfig.Type != "" {
 		return o, err
 	}
-	o.Decorator = g.clients.decorator(reflect.ValueOf(o.Decorator).Pointer() != uncachedDecorator)
+	// Only storage behind the watch cache shares: every watch on the shared
+	// stream must ask for progress notifications. kine answers a progress
+	// request on a stream only when every watch on it has seen the current
+	// revision, and a watch without notifications (an uncached resource's,
+	// the compactor's) is brought up to date only by its own events.
+	if reflect.ValueOf(o.Decorator).Pointer() != uncachedDecorator {
+		o.Decorator = g.clients.cachedDecorator()
+	}
 	return o, nil
 }
 
-// decorator is upstream's StorageWithCacher (cached) or UndecoratedStorage
-// on a shared client.
-func (p *storageClients) decorator(cached bool) generic.StorageDecorator {
+// cachedDecorator is upstream's StorageWithCacher on a shared client.
+func (p *storageClients) cachedDecorator() generic.StorageDecorator {
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string,
 		keyFunc func(obj runtime.Object) (string, error), newFunc, newListFunc func() runtime.Object,
 		getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
 		s, destroy, err := p.newStore(*config, newFunc, newListFunc, resourcePrefix)
-		if err != nil || !cached {
+		if err != nil {
 			return s, destroy, err
 		}
 		c, err := cacher.NewCacherFromConfig(cacher.Config{
@@ -197,7 +205,13 @@ func (p *storageClients) acquire(c storagebackend.ConfigForResource) (*kubernete
 		client.KV = etcd3.NewETCDLatencyTracker(client.KV)
 		sc = &storageClient{client: client}
 		if c.CompactionInterval > 0 {
-			sc.compactor = etcd3.StartCompactorPerEndpoint(client.Client, c.CompactionInterval)
+			// Its own client, as upstream's: it watches the compaction key
+			// without progress notifications (see GetRESTOptions).
+			if sc.compactorClient, err = newStorageClient(c.Transport); err != nil {
+				_ = client.Close()
+				return nil, nil, nil, err
+			}
+			sc.compactor = etcd3.StartCompactorPerEndpoint(sc.compactorClient.Client, c.CompactionInterval)
 		}
 		p.clients[key] = sc
 		klog.V(2).InfoS("Storage shares one datastore client", "servers", c.Transport.ServerList)
@@ -210,6 +224,7 @@ func (p *storageClients) acquire(c storagebackend.ConfigForResource) (*kubernete
 		if sc.refs--; sc.refs == 0 {
 			if sc.compactor != nil {
 				sc.compactor.Stop()
+				_ = sc.compactorClient.Close()
 			}
 			_ = sc.client.Close()
 			delete(p.clients, key)

@@ -2,6 +2,7 @@ package chain
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func TestSharedStorageClients(t *testing.T) {
 
 	etcd := serveroptions.NewEtcdOptions(storagebackend.NewDefaultConfig("/registry", nil))
 	etcd.StorageConfig.Transport.ServerList = ds.Client().Endpoints
-	etcd.WatchCacheSizes = []string{"secrets#0"} // no watch cache
+	etcd.WatchCacheSizes = []string{"podtemplates#0"} // no watch cache
 	storageFactory, err := kubeapiserver.NewStorageFactoryConfig().Complete(etcd).New()
 	if err != nil {
 		t.Fatal(err)
@@ -70,8 +71,8 @@ func TestSharedStorageClients(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s storage: %v", resource, err)
 		}
-		if _, cached := s.(*cacher.CacheDelegator); cached != (resource == "configmaps") {
-			t.Errorf("%s storage behind the watch cache: %v", resource, cached)
+		if _, cached := s.(*cacher.CacheDelegator); !cached {
+			t.Errorf("%s storage is not behind the watch cache", resource)
 		}
 		stores = append(stores, store{s, destroy})
 	}
@@ -99,6 +100,16 @@ func TestSharedStorageClients(t *testing.T) {
 	stores[1].destroy() // upstream calls destroy functions more than once
 	if n := len(getter.clients.clients); n != 0 {
 		t.Errorf("%d clients after the last storage went, want 0", n)
+	}
+
+	// Storage without a watch cache keeps upstream's own client: its
+	// watches ask for no progress notifications (storageclient.go).
+	o, err := getter.GetRESTOptions(schema.GroupResource{Resource: "podtemplates"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reflect.ValueOf(o.Decorator).Pointer() != uncachedDecorator {
+		t.Error("uncached storage was given the shared client")
 	}
 
 	other := generic.RESTOptionsGetter(fixedGetter{})
