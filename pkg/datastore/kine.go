@@ -91,8 +91,13 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (re
 	// kine answers a wrong revision to a create of a deleted key
 	// (kinefix.go) and hides writes its database refuses; the guard, on top
 	// of the fix, reports them (sqliteguard.go).
-	guarded := newWriteGuard(backend, klog.FromContext(ctx).WithName("datastore"))
-	server.New(guarded, "unix", cfg.NotifyInterval, cfg.ETCDVersion).Register(gs)
+	lg := klog.FromContext(ctx).WithName("datastore")
+	guarded := newWriteGuard(backend, lg)
+	// Watches are served by the watch hub instead of kine's watch service
+	// (watchhub.go); every other etcd service is kine's.
+	hub := newWatchHub(bctx, wg, guarded, lg)
+	registerKine(gs, server.New(guarded, "unix", cfg.NotifyInterval, cfg.ETCDVersion),
+		&watchServer{hub: hub, notifyInterval: cfg.NotifyInterval})
 
 	lis, err := listenUnix(ctx, cfg.SocketPath)
 	if err != nil {
