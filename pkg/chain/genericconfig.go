@@ -143,8 +143,19 @@ func buildGenericConfig(s cpoptions.CompletedOptions, informerName *cache.Inform
 
 	// Authentication and authorization run until the server has drained.
 	ctx := wait.ContextForChannel(c.DrainedNotify())
+	// The client CA provider is made here, as ApplyTo would make it, so that
+	// the client certificate cache (clientcertcache.go) sees its reloads.
+	clientCA, err := s.Authentication.ClientCert.GetClientCAContentProvider()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	s.Authentication.ClientCert.CAContentProvider = clientCA
 	if err := s.Authentication.ApplyTo(ctx, &c.Authentication, c.SecureServing, c.EgressSelector, c.OpenAPIConfig, c.OpenAPIV3Config, client, informers, c.APIServerID); err != nil {
 		return nil, nil, nil, err
+	}
+	if clientCA != nil && c.Authentication.Authenticator != nil {
+		c.Authentication.Authenticator = newClientCertCache(c.Authentication.Authenticator, clientCA.VerifyOptions,
+			s.Authentication.RequestHeader.UsernameHeaders)
 	}
 	var enablesRBAC bool
 	c.Authorization.Authorizer, c.RuleResolver, enablesRBAC, err = controlplaneapiserver.BuildAuthorizer(ctx, s, c.EgressSelector, c.APIServerID, informers)
