@@ -72,9 +72,11 @@ func newWatchHub(ctx context.Context, wg *sync.WaitGroup, backend server.Backend
 
 // run dispatches the backend's event batches. When the backend ends the
 // subscription while ctx lasts (kine drops a subscriber that falls 100
-// batches behind), the events since are lost to every watch: each is
-// cancelled, as etcd cancels a watch it cannot serve, and the hub subscribes
-// again. The API server's watch caches then list and watch anew.
+// batches behind), the events until the next subscription are lost to every
+// watch: once subscribed again, every watch (also one created meanwhile) is
+// cancelled, as etcd cancels a watch it cannot serve, and the hub goes on
+// from the new subscription's revision. The API server's watch caches then
+// list and watch anew.
 func (h *watchHub) run(ctx context.Context, wr server.WatchResult) {
 	for {
 		if wr.Eventc != nil {
@@ -86,16 +88,13 @@ func (h *watchHub) run(ctx context.Context, wr server.WatchResult) {
 			return
 		}
 		h.lg.Info("The datastore's event stream ended; cancelling every watch")
-		h.cancelAll("datastore: the event stream was interrupted; watch again")
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(100 * time.Millisecond):
 		}
 		wr = h.backend.Watch(ctx, 0)
-		h.mu.Lock()
-		h.rev = max(h.rev, wr.CurrentRevision)
-		h.mu.Unlock()
+		h.restart(wr.CurrentRevision, "datastore: the event stream was interrupted; watch again")
 	}
 }
 
@@ -219,13 +218,15 @@ func (h *watchHub) removeLocked(w *watch) {
 	delete(w.stream.watches, w.id)
 }
 
-// cancelAll cancels every watch, telling each client why.
-func (h *watchHub) cancelAll(reason string) {
+// restart cancels every watch, telling each client why, and goes on from
+// revision rev.
+func (h *watchHub) restart(rev int64, reason string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.watches {
 		w.stream.cancel(w, &etcdserverpb.WatchResponse{Header: header(h.rev), WatchId: w.id, Canceled: true, CancelReason: reason})
 	}
+	h.rev = max(h.rev, rev)
 }
 
 // wants says whether w is to be handed e.

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/klog/v2"
 )
 
 // written is one write a test made, as the datastore answered it.
@@ -271,4 +272,79 @@ func TestWatchHubCancelAndCompact(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("watch from a compacted revision: no answer")
 	}
+}
+
+// TestWatchHubRestart holds the hub up while a few hundred creates commit,
+// so that kine drops its subscription as it drops any subscriber 100
+// batches behind. The hub must cancel its watches (their events are lost),
+// subscribe again, and serve a new watch from there.
+func TestWatchHubRestart(t *testing.T) {
+	ctx, b := startSQLiteBackend(t)
+	var wg sync.WaitGroup
+	hctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); wg.Wait() }()
+	h := newWatchHub(hctx, &wg, b, klog.FromContext(ctx))
+
+	stream := &watchStream{hub: h, watches: map[int64]*watch{}, wake: make(chan struct{}, 1)}
+	add := func(key string) *watch {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		w := &watch{id: stream.nextID, stream: stream, key: key, end: key + "\xff"}
+		stream.nextID++
+		stream.watches[w.id] = w
+		if h.addLocked(w) {
+			t.Fatal("a watch from the next revision needs catching up")
+		}
+		return w
+	}
+	old := add("/restart/")
+
+	h.mu.Lock()
+	start := time.Now()
+	// Spaced out, so that each create's event is a batch of its own.
+	for i := range 400 {
+		if _, err := b.Create(ctx, fmt.Sprintf("/restart/%d", i), []byte("v"), 0); err != nil {
+			h.mu.Unlock()
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("400 creates in %v", time.Since(start))
+	// Their events reach kine's broadcaster while the hub is held up.
+	time.Sleep(2 * time.Second)
+	h.mu.Unlock()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h.mu.Lock()
+		_, live := h.watches[old]
+		h.mu.Unlock()
+		if !live {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hub was not dropped, or did not cancel its watch")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	q, _ := stream.take()
+	if len(q) == 0 || !q[len(q)-1].Canceled || q[len(q)-1].WatchId != old.id {
+		t.Fatalf("the old watch's last response is not its cancellation: %d responses", len(q))
+	}
+
+	w := add("/after/")
+	rev, err := b.Create(ctx, "/after/1", []byte("v"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for time.Now().Before(deadline) {
+		q, _ = stream.take()
+		for _, r := range q {
+			if r.WatchId == w.id && len(r.Events) == 1 && r.Events[0].Kv.ModRevision == rev {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("a watch created after the hub subscribed again did not get the create at %d", rev)
 }
