@@ -105,9 +105,22 @@ func (m *ControllerManager) term(ctx context.Context, ready func()) error {
 			ready()
 		}
 	})
+	// Their failure ends the term, as a controller's failing to start ends
+	// upstream's Run.
+	configMapsErr := make(chan error, 1)
+	wg.Go(func() {
+		err := runConfigMapControllers(termCtx, c.Kubeconfig, c.Client.CoreV1(), s.SAController.RootCAFile)
+		configMapsErr <- err
+		if err != nil {
+			cancel()
+		}
+	})
 	err = cmapp.Run(termCtx, c.Complete())
 	cancel()
 	wg.Wait()
+	if cerr := <-configMapsErr; err == nil && cerr != nil {
+		err = cerr
+	}
 	return err
 }
 

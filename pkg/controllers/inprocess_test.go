@@ -91,6 +91,8 @@ func TestInProcess(t *testing.T) {
 			return true, nil
 		})
 
+		checkConfigMapControllers(t, ctx, client, pki, round)
+
 		begin = time.Now()
 		stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		if err := sched.Stop(stopCtx); err != nil {

@@ -183,7 +183,8 @@ func TestControllerManagerOptions(t *testing.T) {
 			if c.Kubeconfig.Host != "https://127.0.0.1:1" {
 				t.Errorf("kubeconfig host = %q", c.Kubeconfig.Host)
 			}
-			for _, want := range []string{"*", names.BootstrapSignerController, names.TokenCleanerController} {
+			for _, want := range []string{"*", names.TokenCleanerController,
+				"-" + names.RootCACertificatePublisherController, "-" + names.BootstrapSignerController} {
 				if !slices.Contains(c.ComponentConfig.Generic.Controllers, want) {
 					t.Errorf("controllers %v lack %q", c.ComponentConfig.Generic.Controllers, want)
 				}

@@ -22,9 +22,11 @@ const (
 	clientBurst = 100
 )
 
-// extraControllers are enabled on top of the default set ("*"): they sign the
-// cluster-info ConfigMap for bootstrap tokens and delete expired tokens.
-var extraControllers = []string{names.BootstrapSignerController, names.TokenCleanerController}
+// extraControllers are enabled on top of the default set ("*"): it deletes
+// expired bootstrap tokens. bootstrap-signer, which signs the cluster-info
+// ConfigMap for them, runs outside the controller-manager with
+// root-ca-cert-publisher (configmaps.go).
+var extraControllers = []string{names.TokenCleanerController}
 
 // controllerManagerOptions fills upstream kube-controller-manager options as Go
 // structs, the same fields its flags would set.
@@ -48,6 +50,9 @@ func controllerManagerOptions(o *Options) (*cmoptions.KubeControllerManagerOptio
 	s.Generic.ClientConnection.Burst = clientBurst
 
 	s.Generic.Controllers = append([]string{"*"}, extraControllers...)
+	for _, name := range configMapControllers {
+		s.Generic.Controllers = append(s.Generic.Controllers, "-"+name)
+	}
 	capWorkers(s, o.MaxWorkers)
 	if o.Lean {
 		for _, name := range leanDisabledControllers {
