@@ -44,9 +44,10 @@ import (
 // shareStorageClients replaces the storage decorator that the storage
 // factory's RESTOptions getter hands out with one that builds the same
 // storage (upstream's etcd3 store, behind the watch cache where upstream
-// puts one) on a client shared by every resource with the same transport. What the client leaves out of
-// upstream's: gRPC client metrics and OpenTelemetry on the storage
-// connection (the etcd_request_* metrics are kept: they wrap the store).
+// puts one) on a client shared by every resource with the same transport.
+// What the client leaves out of upstream's: gRPC client metrics and
+// OpenTelemetry on the storage connection (the etcd_request_* metrics are
+// kept: they wrap the store).
 
 // Upstream's etcd client settings (storagebackend/factory, unexported).
 const (
@@ -103,11 +104,13 @@ func (g sharedClientsGetter) GetRESTOptions(resource schema.GroupResource, examp
 	if err != nil || o.StorageConfig == nil || o.StorageConfig.Type != storagebackend.StorageTypeETCD3 && o.StorageConfig.Type != "" {
 		return o, err
 	}
-	// Only storage behind the watch cache shares: every watch on the shared
-	// stream must ask for progress notifications. kine answers a progress
-	// request on a stream only when every watch on it has seen the current
-	// revision, and a watch without notifications (an uncached resource's,
-	// the compactor's) is brought up to date only by its own events.
+	// Only storage behind the watch cache shares; uncached storage and the
+	// compactor keep their own clients, as upstream's. (The split was made for
+	// kine's watch service, which answered a progress request on a stream only
+	// when every watch on it had seen the current revision, so a watch without
+	// progress notifications held the watch caches back. The watch hub that
+	// replaced it in pkg/datastore has no such limit; the split stays as
+	// upstream has it.)
 	if reflect.ValueOf(o.Decorator).Pointer() != uncachedDecorator {
 		o.Decorator = g.clients.cachedDecorator()
 	}
@@ -205,8 +208,7 @@ func (p *storageClients) acquire(c storagebackend.ConfigForResource) (*kubernete
 		client.KV = etcd3.NewETCDLatencyTracker(client.KV)
 		sc = &storageClient{client: client}
 		if c.CompactionInterval > 0 {
-			// Its own client, as upstream's: it watches the compaction key
-			// without progress notifications (see GetRESTOptions).
+			// Its own client, as upstream's (see GetRESTOptions).
 			if sc.compactorClient, err = newStorageClient(c.Transport); err != nil {
 				_ = client.Close()
 				return nil, nil, nil, err

@@ -107,19 +107,17 @@ func (m *ControllerManager) term(ctx context.Context, ready func()) error {
 	})
 	// Their failure ends the term, as a controller's failing to start ends
 	// upstream's Run.
-	configMapsErr := make(chan error, 1)
+	var configMapsErr error
 	wg.Go(func() {
-		err := runConfigMapControllers(termCtx, c.Kubeconfig, c.Client.CoreV1(), s.SAController.RootCAFile)
-		configMapsErr <- err
-		if err != nil {
+		if configMapsErr = runConfigMapControllers(termCtx, c.Kubeconfig, c.Client.CoreV1(), s.SAController.RootCAFile); configMapsErr != nil {
 			cancel()
 		}
 	})
 	err = cmapp.Run(termCtx, c.Complete())
 	cancel()
 	wg.Wait()
-	if cerr := <-configMapsErr; err == nil && cerr != nil {
-		err = cerr
+	if err == nil {
+		err = configMapsErr
 	}
 	return err
 }

@@ -52,7 +52,6 @@ type watch struct {
 	// catchingUp: its history is being read (catchUp); live events wait in held.
 	catchingUp bool
 	held       []*server.Event
-	removed    bool
 	lastSent   time.Time
 }
 
@@ -152,17 +151,14 @@ func (h *watchHub) addLocked(w *watch) (catchUp bool) {
 	return w.catchingUp
 }
 
-// catchUp hands w the events from its start revision up to now: the
-// backend's history read after w was registered, then the live events held
-// meanwhile that the history does not cover. kine reads history as one batch
-// of every key's events after a revision, with its current revision taken in
-// the same query, so every event up to that revision is in it.
-func (h *watchHub) catchUp(ctx context.Context, w *watch) {
+// catchUp hands w the events from start, its first revision, up to now:
+// the backend's history read after w was registered, then the live events
+// held meanwhile that the history does not cover. kine reads history as one
+// batch of every key's events after a revision, with its current revision
+// taken in the same query, so every event up to that revision is in it.
+func (h *watchHub) catchUp(ctx context.Context, w *watch, start int64) {
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	h.mu.Lock()
-	start := w.next
-	h.mu.Unlock()
 	wr := h.backend.Watch(hctx, start)
 	var (
 		hist server.EventBatch
@@ -182,8 +178,8 @@ func (h *watchHub) catchUp(ctx context.Context, w *watch) {
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if w.removed {
-		return
+	if _, registered := h.watches[w]; !registered {
+		return // cancelled meanwhile
 	}
 	switch {
 	case wr.CompactRevision != 0:
@@ -212,7 +208,6 @@ func (h *watchHub) catchUp(ctx context.Context, w *watch) {
 // removeLocked unregisters w; nothing more is queued for it. Callers hold
 // the lock.
 func (h *watchHub) removeLocked(w *watch) {
-	w.removed = true
 	w.held = nil
 	delete(h.watches, w)
 	delete(w.stream.watches, w.id)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -286,14 +287,16 @@ func TestWatchHubRestart(t *testing.T) {
 	h := newWatchHub(hctx, &wg, b, klog.FromContext(ctx))
 
 	stream := &watchStream{hub: h, watches: map[int64]*watch{}, wake: make(chan struct{}, 1)}
+	// Watches are created as the Watch service creates them.
+	ws := &watchServer{hub: h, notifyInterval: time.Minute}
 	add := func(key string) *watch {
+		id := stream.nextID
+		ws.create(ctx, stream, &etcdserverpb.WatchCreateRequest{Key: []byte(key), RangeEnd: []byte(key + "\xff")})
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		w := &watch{id: stream.nextID, stream: stream, key: key, end: key + "\xff"}
-		stream.nextID++
-		stream.watches[w.id] = w
-		if h.addLocked(w) {
-			t.Fatal("a watch from the next revision needs catching up")
+		w := stream.watches[id]
+		if w == nil || w.catchingUp {
+			t.Fatal("a watch from the next revision was not created, or needs catching up")
 		}
 		return w
 	}

@@ -146,7 +146,7 @@ func (s *watchServer) create(ctx context.Context, st *watchStream, r *etcdserver
 	st.nextID++
 	st.watches[w.id] = w
 	if h.addLocked(w) {
-		go h.catchUp(ctx, w)
+		go h.catchUp(ctx, w, w.next)
 	}
 	st.push(&etcdserverpb.WatchResponse{Header: header(h.rev), WatchId: w.id, Created: true})
 }
