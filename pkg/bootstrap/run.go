@@ -35,6 +35,7 @@ func Run(ctx context.Context, o CompletedOptions) error {
 		return err
 	}
 	s.notifyReady(ctx)
+	go releaseStartupPagesAfter(ctx, startupPagesDelay)
 	return s.wait(ctx)
 }
 

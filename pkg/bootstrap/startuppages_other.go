@@ -1,0 +1,11 @@
+//go:build !linux
+
+package bootstrap
+
+import "errors"
+
+func releaseStartupPages() (uint64, error) {
+	return 0, errors.New("releasing start-up pages needs Linux")
+}
+
+func rssFile() uint64 { return 0 }
