@@ -5,22 +5,35 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/edgeplane/edgeplane/pkg/bootstrap"
+	"github.com/edgeplane/edgeplane/pkg/config"
 )
 
 // addDataDirFlag adds --data-dir for commands that work on a server's data
-// dir; the default is the server's, or $EDGEPLANE_DATA_DIR when set.
+// dir; the default is serverDataDir's.
 func addDataDirFlag(fs *pflag.FlagSet, dir *string) {
-	def := os.Getenv(dataDirEnv)
-	if def == "" {
-		def = bootstrap.DefaultDataDir()
+	fs.StringVar(dir, "data-dir", serverDataDir(), "Data dir of the server; without the flag $"+dataDirEnv+
+		", else data-dir in "+config.DefaultPath+" and its drop-ins, else the server's default:")
+}
+
+// serverDataDir is the data dir of the server that `edgeplane server` with no
+// flags runs: $EDGEPLANE_DATA_DIR when set, else the config file's data-dir,
+// else the default. Worked out once per process, for every command's flag.
+var serverDataDir = sync.OnceValue(func() string {
+	return dataDirDefault(os.Getenv, config.DefaultPath)
+})
+
+func dataDirDefault(getenv func(string) string, configPath string) string {
+	if dir := getenv(dataDirEnv); dir != "" {
+		return dir
 	}
-	fs.StringVar(dir, "data-dir", def, "Data dir of the server (also $"+dataDirEnv+").")
+	return configuredDataDir(configPath)
 }
 
 // dataDirState says whether a server runs on dir. When none runs, the data

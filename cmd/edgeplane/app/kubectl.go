@@ -48,7 +48,7 @@ func Kubectl(args []string) int {
 		WithDiscoveryBurst(300).
 		WithDiscoveryQPS(50.0).
 		WithWarningPrinter(streams)
-	if path := defaultKubeconfig(os.Getenv, configuredDataDir); path != "" {
+	if path := defaultKubeconfig(os.Getenv, func() string { return configuredDataDir(config.DefaultPath) }); path != "" {
 		// The flag default: --kubeconfig on the command line still wins.
 		*flags.KubeConfig = path
 	}
@@ -87,16 +87,16 @@ func defaultKubeconfig(getenv func(string) string, defaultDataDir func() string)
 }
 
 // configuredDataDir is the data dir `edgeplane server` would use without
-// flags: data-dir from the default config file and drop-ins when they set
-// it, else the default for this user.
-func configuredDataDir() string {
+// flags: data-dir from the config file at path (the default one) and its
+// drop-ins when they set it, else the default for this user.
+func configuredDataDir(path string) string {
 	o := bootstrap.NewOptions()
 	fs := pflag.NewFlagSet("server", pflag.ContinueOnError)
 	o.AddFlags(fs)
 	// The root's klog flags, as stand-ins: kubectl has its own -v.
 	fs.Int("v", 0, "")
 	fs.String("vmodule", "", "")
-	files, err := config.Files(config.DefaultPath, false)
+	files, err := config.Files(path, false)
 	if err != nil || config.Load(fs, files) != nil {
 		return bootstrap.DefaultDataDir()
 	}
