@@ -16,13 +16,17 @@ import (
 const clockTick = 100
 
 // RSS is VmRSS of /proc/<pid>/status in bytes.
-func RSS(pid int) (int64, error) {
+func RSS(pid int) (int64, error) { return StatusBytes(pid, "VmRSS") }
+
+// StatusBytes is a field of /proc/<pid>/status counted in kB (VmRSS, RssAnon,
+// RssFile, ...), in bytes.
+func StatusBytes(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			f := strings.Fields(rest)
 			if len(f) == 2 && f[1] == "kB" {
 				kb, err := strconv.ParseInt(f[0], 10, 64)
@@ -30,7 +34,7 @@ func RSS(pid int) (int64, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
 // CPUTime is the user+system CPU time of pid, from /proc/<pid>/stat.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 const (
@@ -60,7 +62,7 @@ func releaseStartupPagesAfter(ctx context.Context, delay time.Duration) {
 		return
 	case <-time.After(delay):
 	}
-	before := rssFile()
+	before, _ := procfs.StatusBytes(os.Getpid(), "RssFile")
 	released, err := releaseStartupPages()
 	if err != nil {
 		logger.V(1).Info("Not releasing the binary's start-up pages", "err", err)

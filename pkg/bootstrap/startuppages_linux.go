@@ -83,19 +83,3 @@ func readOnlyMappings(maps []byte, path string, ino uint64) ([]mapping, error) {
 	}
 	return out, sc.Err()
 }
-
-// rssFile is the process's file-backed resident memory (RssFile in
-// /proc/self/status), in bytes; 0 when unknown.
-func rssFile() uint64 {
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "RssFile:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}

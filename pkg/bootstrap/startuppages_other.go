@@ -7,5 +7,3 @@ import "errors"
 func releaseStartupPages() (uint64, error) {
 	return 0, errors.New("releasing start-up pages needs Linux")
 }
-
-func rssFile() uint64 { return 0 }

@@ -10,6 +10,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 // Idle-write budget for the CI window. The default target is under 1 MB an
@@ -38,6 +40,7 @@ func TestFlashFriendlyIdle(t *testing.T) {
 			t.Parallel()
 			s := startServer(t, t.TempDir(), "--datastore", ds)
 			ctx := context.Background()
+			binaryPagesAtReady := binaryPages(t, s)
 
 			t.Run("kubernetes endpoints list the advertise address", func(t *testing.T) {
 				eventually(t, 30*time.Second, "the kubernetes EndpointSlice", func(ctx context.Context) (bool, error) {
@@ -85,9 +88,30 @@ func TestFlashFriendlyIdle(t *testing.T) {
 					t.Errorf("%d log lines while idle:\n%s", extra, tail(logged[len(logged)-min(len(logged), 2000):]))
 				}
 			})
+			// By now (90 s idle) the server has released the binary's pages
+			// that only start-up used, 30 s after ready (pkg/bootstrap).
+			t.Run("the binary's start-up pages are released", func(t *testing.T) {
+				after := binaryPages(t, s)
+				t.Logf("file-backed RSS %d MiB at ready, %d MiB after the idle window", binaryPagesAtReady>>20, after>>20)
+				if after > binaryPagesAtReady*85/100 {
+					t.Errorf("file-backed RSS %d MiB at ready and %d MiB after the idle window: the start-up pages were not released",
+						binaryPagesAtReady>>20, after>>20)
+				}
+			})
 			s.stop()
 		})
 	}
+}
+
+// binaryPages is the server's file-backed resident memory: almost all of it
+// is its binary's pages.
+func binaryPages(t *testing.T, s *server) int64 {
+	t.Helper()
+	v, err := procfs.StatusBytes(s.cmd.Process.Pid, "RssFile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // idle leaves the server alone for d, failing at once if it exits meanwhile.
