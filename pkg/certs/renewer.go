@@ -2,10 +2,11 @@ package certs
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/edgeplane/edgeplane/internal/background"
 )
 
 // Renewer runs Ensure periodically while the server runs, so that leaf
@@ -22,9 +23,7 @@ type Renewer struct {
 	// monotonic one (clockWatch).
 	clockEvery time.Duration
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	loop background.Loop
 }
 
 // NewRenewer returns a Renewer that calls Ensure with o every interval (when
@@ -76,21 +75,14 @@ func (r *Renewer) Name() string { return "cert-renewer" }
 
 // Start launches the renewal loop; it runs until Stop.
 func (r *Renewer) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.done != nil {
-		return nil
-	}
 	logger := klog.FromContext(ctx).WithName("cert-renewer")
-	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
-	r.cancel, r.done = cancel, make(chan struct{})
-	go r.loop(runCtx, r.done)
-	logger.V(1).Info("Renewing certificates while running", "checkEvery", r.interval)
+	if r.loop.Start(klog.NewContext(ctx, logger), r.run) {
+		logger.V(1).Info("Renewing certificates while running", "checkEvery", r.interval)
+	}
 	return nil
 }
 
-func (r *Renewer) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (r *Renewer) run(ctx context.Context) {
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	clock := time.NewTicker(r.clockEvery)
@@ -137,18 +129,4 @@ func (r *Renewer) check(ctx context.Context) {
 func (r *Renewer) Ready(context.Context) error { return nil }
 
 // Stop ends the loop and waits for a check in progress, bounded by ctx.
-func (r *Renewer) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	cancel, done := r.cancel, r.done
-	r.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (r *Renewer) Stop(ctx context.Context) error { return r.loop.Stop(ctx) }

@@ -3,11 +3,12 @@ package snapshot
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
 	"k8s.io/klog/v2"
+
+	"github.com/edgeplane/edgeplane/internal/background"
 
 	"github.com/edgeplane/edgeplane/pkg/rawstore"
 )
@@ -54,9 +55,7 @@ type Scheduler struct {
 	opts     SchedulerOptions
 	schedule cron.Schedule
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	loop background.Loop
 }
 
 // NewScheduler validates o.
@@ -79,22 +78,15 @@ func (s *Scheduler) Name() string { return "snapshots" }
 
 // Start launches the schedule.
 func (s *Scheduler) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
-		return nil
-	}
 	logger := klog.FromContext(ctx).WithName("snapshots")
-	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
-	s.cancel, s.done = cancel, make(chan struct{})
-	go s.loop(runCtx, s.done)
-	logger.Info("Scheduled snapshots", "schedule", s.opts.Schedule, "next", s.schedule.Next(time.Now()).Round(time.Second), "keep", s.opts.Retention, "dir", s.opts.Dir)
+	if s.loop.Start(klog.NewContext(ctx, logger), s.run) {
+		logger.Info("Scheduled snapshots", "schedule", s.opts.Schedule, "next", s.schedule.Next(time.Now()).Round(time.Second), "keep", s.opts.Retention, "dir", s.opts.Dir)
+	}
 	return nil
 }
 
-// loop runs one snapshot at a time; a run that overlaps the next slot delays it.
-func (s *Scheduler) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+// run takes one snapshot at a time; a run that overlaps the next slot delays it.
+func (s *Scheduler) run(ctx context.Context) {
 	for {
 		next := s.schedule.Next(time.Now())
 		t := time.NewTimer(time.Until(next))
@@ -139,18 +131,4 @@ func (s *Scheduler) RunOnce(ctx context.Context) {
 func (s *Scheduler) Ready(context.Context) error { return nil }
 
 // Stop ends the schedule, waiting for a snapshot in progress, bounded by ctx.
-func (s *Scheduler) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (s *Scheduler) Stop(ctx context.Context) error { return s.loop.Stop(ctx) }
