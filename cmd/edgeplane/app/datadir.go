@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -15,19 +15,36 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/config"
 )
 
+// dataDirAnnotation marks the --data-dir flags that addDataDirFlag adds.
+const dataDirAnnotation = "edgeplane/server-data-dir"
+
 // addDataDirFlag adds --data-dir for commands that work on a server's data
-// dir; the default is serverDataDir's.
+// dir. Unset, it is serverDataDir, filled in by resolveDataDir when the
+// command runs.
 func addDataDirFlag(fs *pflag.FlagSet, dir *string) {
-	fs.StringVar(dir, "data-dir", serverDataDir(), "Data dir of the server; without the flag $"+dataDirEnv+
-		", else data-dir in "+config.DefaultPath+" and its drop-ins, else the server's default:")
+	fs.StringVar(dir, "data-dir", "", "Data dir of the server (default: $"+dataDirEnv+
+		", else data-dir in "+config.DefaultPath+" and its drop-ins, else the server's default).")
+	_ = fs.SetAnnotation("data-dir", dataDirAnnotation, []string{"true"})
+}
+
+// resolveDataDir fills in the running command's --data-dir from
+// addDataDirFlag when it was not given, so that only the commands that use
+// it read the config file (`edgeplane server` has its own --data-dir).
+func resolveDataDir(cmd *cobra.Command, _ []string) error {
+	f := cmd.Flags().Lookup("data-dir")
+	if f == nil || f.Changed {
+		return nil
+	}
+	if _, ok := f.Annotations[dataDirAnnotation]; !ok {
+		return nil
+	}
+	return f.Value.Set(serverDataDir())
 }
 
 // serverDataDir is the data dir of the server that `edgeplane server` with no
 // flags runs: $EDGEPLANE_DATA_DIR when set, else the config file's data-dir,
-// else the default. Worked out once per process, for every command's flag.
-var serverDataDir = sync.OnceValue(func() string {
-	return dataDirDefault(os.Getenv, config.DefaultPath)
-})
+// else the default.
+func serverDataDir() string { return dataDirDefault(os.Getenv, config.DefaultPath) }
 
 func dataDirDefault(getenv func(string) string, configPath string) string {
 	if dir := getenv(dataDirEnv); dir != "" {

@@ -1,8 +1,10 @@
 package app
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/edgeplane/edgeplane/pkg/bootstrap"
@@ -51,6 +53,33 @@ func TestDataDirDefault(t *testing.T) {
 			}
 			if got := dataDirDefault(getenv, path); got != want {
 				t.Fatalf("dataDirDefault = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestOnDeviceCommandsDataDir runs commands through the real command tree:
+// without --data-dir they work on serverDataDir's (here $EDGEPLANE_DATA_DIR),
+// also under a parent's persistent flag (etcd); --data-dir still wins.
+func TestOnDeviceCommandsDataDir(t *testing.T) {
+	envDir, flagDir := t.TempDir(), t.TempDir()
+	t.Setenv(dataDirEnv, envDir)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"token"}, "no join token in " + envDir},
+		{[]string{"token", "--data-dir", flagDir}, "no join token in " + flagDir},
+		{[]string{"etcd", "member", "list"}, "no running etcd server on " + envDir},
+		{[]string{"etcd", "member", "list", "--data-dir", flagDir}, "no running etcd server on " + flagDir},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var out bytes.Buffer
+			cmd := NewRootCommand(&out, &out)
+			cmd.SetArgs(tc.args)
+			err := cmd.Execute()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("edgeplane %v: %v; want an error naming %q", tc.args, err, tc.want)
 			}
 		})
 	}

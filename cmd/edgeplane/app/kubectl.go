@@ -48,7 +48,7 @@ func Kubectl(args []string) int {
 		WithDiscoveryBurst(300).
 		WithDiscoveryQPS(50.0).
 		WithWarningPrinter(streams)
-	if path := defaultKubeconfig(os.Getenv, func() string { return configuredDataDir(config.DefaultPath) }); path != "" {
+	if path := defaultKubeconfig(os.Getenv, serverDataDir); path != "" {
 		// The flag default: --kubeconfig on the command line still wins.
 		*flags.KubeConfig = path
 	}
@@ -68,16 +68,12 @@ func Kubectl(args []string) int {
 
 // defaultKubeconfig returns <data-dir>/admin.kubeconfig when KUBECONFIG is
 // unset and that file is readable, else "" (kubectl's own defaults apply).
-// The data dir is $EDGEPLANE_DATA_DIR, else the server's (see configuredDataDir).
-func defaultKubeconfig(getenv func(string) string, defaultDataDir func() string) string {
+// The data dir is dataDir's (serverDataDir).
+func defaultKubeconfig(getenv func(string) string, dataDir func() string) string {
 	if getenv("KUBECONFIG") != "" {
 		return ""
 	}
-	dir := getenv(dataDirEnv)
-	if dir == "" {
-		dir = defaultDataDir()
-	}
-	path := filepath.Join(dir, bootstrap.AdminKubeconfigName)
+	path := filepath.Join(dataDir(), bootstrap.AdminKubeconfigName)
 	f, err := os.Open(path)
 	if err != nil {
 		return ""

@@ -39,6 +39,8 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short:         "A whole Kubernetes control plane for edge hosts, in one binary",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// No subcommand has its own PersistentPreRunE: this one runs for all.
+		PersistentPreRunE: resolveDataDir,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
