@@ -62,11 +62,15 @@ func releaseStartupPagesAfter(ctx context.Context, delay time.Duration) {
 		return
 	case <-time.After(delay):
 	}
-	before, _ := procfs.StatusBytes(os.Getpid(), "RssFile")
+	logger = logger.V(1)
+	var before int64
+	if logger.Enabled() { // /proc is read only for the log line
+		before, _ = procfs.StatusBytes(os.Getpid(), "RssFile")
+	}
 	released, err := releaseStartupPages()
 	if err != nil {
-		logger.V(1).Info("Not releasing the binary's start-up pages", "err", err)
+		logger.Info("Not releasing the binary's start-up pages", "err", err)
 		return
 	}
-	logger.V(1).Info("Released the binary's start-up pages", "mappedMiB", released>>20, "residentMiBBefore", before>>20)
+	logger.Info("Released the binary's start-up pages", "mappedMiB", released>>20, "residentMiBBefore", before>>20)
 }
