@@ -2,6 +2,7 @@ package datastore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"sync/atomic"
 
@@ -17,12 +18,19 @@ import (
 // for the loop to come round to it, is the tail of watch delivery on SQLite,
 // where etcd hands a commit to its watchers at once (docs/PERFORMANCE.md).
 //
-// commitFeed lets a create's own event go out as soon as it commits. A
+// commitFeed lets a write's own event go out as soon as it commits. A
 // create's event needs nothing the writer does not have: its key, value and
 // lease, and its revision as both create and mod revision (no previous
-// value). Updates and deletes carry the previous value, which only the
-// database has, so they still come from the polling loop; so do gap fills,
-// TTL deletes and anything else kine writes.
+// value). An update's or a delete's event carries the create revision and
+// the previous value, which SQLite copies into the new row inside the insert
+// (kine's old_value column): the writer reads its row back by revision (a
+// primary-key lookup) once it has committed. Gap fills and compaction do not
+// go through Append and still come from the polling loop.
+//
+// Every event counts: the merge sends in revision order, so before this an
+// update (a leader-election lease renewed every 2 s) held back every create
+// committed after it until the polling loop came round, the tail of watch
+// delivery under a create load (docs/PERFORMANCE.md).
 //
 // The polling loop stays the authority. The feed merges both sources into one
 // stream in revision order, with each revision once: a create's event goes
@@ -36,8 +44,10 @@ type commitFeed struct {
 
 	writes  writeTokens
 	current func(context.Context) (int64, error) // the database's last revision
-	ctx     context.Context                      // the backend's, from Start
-	bc      broadcaster.Broadcaster
+	// row reads the event stored at a revision, as the polling loop reads it.
+	row func(ctx context.Context, rev int64) (*server.Event, error)
+	ctx context.Context // the backend's, from Start
+	bc  broadcaster.Broadcaster
 
 	// watching: a merge runs; before that commits are not offered.
 	watching atomic.Bool
@@ -50,8 +60,8 @@ type commitFeed struct {
 // is full a create is left to the polling loop, which delivers it anyway.
 const commitQueue = 1024
 
-func newCommitFeed(log logstructured.Log, writes writeTokens, current func(context.Context) (int64, error)) *commitFeed {
-	return &commitFeed{Log: log, writes: writes, current: current, commits: make(chan *server.Event, commitQueue)}
+func newCommitFeed(log logstructured.Log, writes writeTokens, current func(context.Context) (int64, error), row func(context.Context, int64) (*server.Event, error)) *commitFeed {
+	return &commitFeed{Log: log, writes: writes, current: current, row: row, commits: make(chan *server.Event, commitQueue)}
 }
 
 func (f *commitFeed) Start(ctx context.Context) error {
@@ -113,24 +123,72 @@ func (f *commitFeed) startMerge() (chan server.EventBatch, error) {
 	return out, nil
 }
 
-// Append is kine's append; a create that stored a row is offered to the
-// merge once it has committed.
+// Append is kine's append; a write that stored a row is offered to the merge
+// once it has committed.
 func (f *commitFeed) Append(ctx context.Context, event *server.Event) (int64, error) {
 	rev, err := f.Log.Append(ctx, event)
-	if err == nil && rev > 0 && event.Create && f.watching.Load() {
-		e := &server.Event{Create: true, KV: &server.KeyValue{
+	if err != nil || rev <= 0 || !f.watching.Load() {
+		return rev, err
+	}
+	var e *server.Event
+	if event.Create {
+		e = &server.Event{Create: true, KV: &server.KeyValue{
 			Key:            event.KV.Key,
 			Value:          event.KV.Value,
 			CreateRevision: rev,
 			ModRevision:    rev,
 			Lease:          event.KV.Lease,
 		}}
-		select {
-		case f.commits <- e:
-		default:
-		}
+	} else if e, _ = f.row(ctx, rev); e == nil {
+		// Not read (the request's context ended, or compaction took the row
+		// already): the polling loop delivers it.
+		return rev, err
+	}
+	select {
+	case f.commits <- e:
+	default:
 	}
 	return rev, err
+}
+
+// storedEvents reads the event stored at a revision from db as kine's polling
+// loop builds it from the row (sqllog's scan, v0.17.5): a create is its own
+// create revision and has no previous value; anything else has the previous
+// value and create revision the insert copied, and the new row's lease.
+func storedEvents(db *sql.DB) func(context.Context, int64) (*server.Event, error) {
+	return func(ctx context.Context, rev int64) (*server.Event, error) {
+		var (
+			name               sql.NullString
+			created, deleted   sql.NullBool
+			createRev, prevRev sql.NullInt64
+			lease              sql.NullInt64
+			value, oldValue    []byte
+		)
+		err := db.QueryRowContext(ctx, `SELECT name, created, deleted, create_revision, prev_revision, lease, value, old_value FROM kine WHERE id = ?`, rev).
+			Scan(&name, &created, &deleted, &createRev, &prevRev, &lease, &value, &oldValue)
+		if err != nil {
+			return nil, err
+		}
+		e := &server.Event{Create: created.Bool, Delete: deleted.Bool, KV: &server.KeyValue{
+			Key:            name.String,
+			Value:          value,
+			CreateRevision: createRev.Int64,
+			ModRevision:    rev,
+			Lease:          lease.Int64,
+		}}
+		if e.Create {
+			e.KV.CreateRevision = rev
+			return e, nil
+		}
+		e.PrevKV = &server.KeyValue{
+			Key:            name.String,
+			Value:          oldValue,
+			CreateRevision: createRev.Int64,
+			ModRevision:    prevRev.Int64,
+			Lease:          lease.Int64,
+		}
+		return e, nil
+	}
 }
 
 // merger orders committed creates and the polling loop's batches into one
