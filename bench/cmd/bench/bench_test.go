@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +168,40 @@ func TestMedianLoad(t *testing.T) {
 	}
 	if one := medianLoad(runs[:1]); one.CreatesPerS != 700 {
 		t.Errorf("one run: %v/s, want 700", one.CreatesPerS)
+	}
+}
+
+// TestWatchStalls checks that the slowest events are picked and put back in
+// the order of their writes, and that writes acknowledged together count as
+// one burst.
+func TestWatchStalls(t *testing.T) {
+	ev := func(acked, late int) watchSample {
+		return watchSample{Acked: time.Duration(acked) * time.Millisecond, Late: time.Duration(late) * time.Millisecond}
+	}
+	var samples []watchSample
+	for i := range 100 {
+		samples = append(samples, ev(i*10, 1))
+	}
+	samples[70], samples[71], samples[20] = ev(700, 9), ev(701, 8), ev(200, 7)
+	got := slowestEvents(samples, 0.03)
+	want := []watchSample{ev(200, 7), ev(700, 9), ev(701, 8)}
+	if !slices.Equal(got, want) {
+		t.Errorf("slowestEvents = %v, want %v", got, want)
+	}
+	for _, tc := range []struct {
+		name          string
+		in            []watchSample
+		runs, longest int
+	}{
+		{"none", nil, 0, 0},
+		{"one", []watchSample{ev(3, 9)}, 1, 1},
+		{"a burst and a single one", want, 2, 2},
+		{"gap just inside", []watchSample{ev(0, 9), ev(5, 9), ev(10, 9), ev(16, 9)}, 2, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if runs, longest := stalls(tc.in, 5*time.Millisecond); runs != tc.runs || longest != tc.longest {
+				t.Errorf("stalls = %d runs, longest %d; want %d, %d", runs, longest, tc.runs, tc.longest)
+			}
+		})
 	}
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -41,11 +43,48 @@ type loadResult struct {
 	WatchLoadE2EP50, WatchLoadE2EP99 time.Duration
 	WatchLoadN                       int // events matched
 	WatchLoadEarly                   int // events that arrived before the response
+	// WatchLoadSlowest: the slowest 2% of those events by when their write
+	// was acknowledged, to tell stalls (many writes acknowledged together,
+	// all late) from single late events.
+	WatchLoadSlowest []watchSample `json:",omitempty"`
 	WatchPaced                       int // writes one at a time
 	WatchP50, WatchP99               time.Duration
 	WatchE2EP50, WatchE2EP99         time.Duration
 	WatchEarly                       int
 	Load1                            float64 // 1-minute load average when the creates began
+}
+
+// watchSample is one event of the watch during the creates.
+type watchSample struct {
+	Acked time.Duration // the write's response, from the start of the creates
+	Late  time.Duration // from the response to the event (0 when it came first)
+}
+
+// slowestEvents returns the slowest share of samples, in the order of Acked.
+func slowestEvents(samples []watchSample, share float64) []watchSample {
+	s := slices.Clone(samples)
+	slices.SortFunc(s, func(a, b watchSample) int { return byLate(b, a) })
+	s = s[:int(math.Ceil(float64(len(s))*share))]
+	slices.SortFunc(s, func(a, b watchSample) int { return cmp.Compare(a.Acked, b.Acked) })
+	return s
+}
+
+func byLate(a, b watchSample) int { return cmp.Compare(a.Late, b.Late) }
+
+// stalls groups samples (in the order of Acked) into runs whose writes were
+// acknowledged within gap of the one before, and returns how many runs there
+// are and the length of the longest.
+func stalls(samples []watchSample, gap time.Duration) (runs, longest int) {
+	n := 0
+	for i, s := range samples {
+		if i == 0 || s.Acked-samples[i-1].Acked > gap {
+			runs++
+			n = 0
+		}
+		n++
+		longest = max(longest, n)
+	}
+	return runs, longest
 }
 
 // newClientset returns a clientset with its own connection (so that n
@@ -204,6 +243,7 @@ func runLoad(ctx context.Context, base *rest.Config, cpu func() time.Duration, n
 		time.Sleep(50 * time.Millisecond)
 	}
 	var wl, we []time.Duration
+	var samples []watchSample
 	ev.mu.Lock()
 	for i := range n {
 		if at, seen := ev.at[fmt.Sprintf("cm-%05d", i)]; seen && !failed[i] {
@@ -212,6 +252,7 @@ func runLoad(ctx context.Context, base *rest.Config, cpu func() time.Duration, n
 				res.WatchLoadEarly++
 			}
 			wl = append(wl, max(d, 0))
+			samples = append(samples, watchSample{Acked: acked[i].Sub(t0), Late: max(d, 0)})
 			we = append(we, at.Sub(sent[i]))
 		}
 	}
@@ -219,6 +260,7 @@ func runLoad(ctx context.Context, base *rest.Config, cpu func() time.Duration, n
 	res.WatchLoadN = len(wl)
 	res.WatchLoadP50, res.WatchLoadP99 = percentile(wl, 50), percentile(wl, 99)
 	res.WatchLoadE2EP50, res.WatchLoadE2EP99 = percentile(we, 50), percentile(we, 99)
+	res.WatchLoadSlowest = slowestEvents(samples, 0.02)
 
 	// List everything, a few times.
 	for range 5 {

@@ -429,6 +429,11 @@ func (rep *report) markdown() string {
 			}
 			fmt.Fprintf(&b, " ms; watch: %d events during the creates (%d before the response; request to event p50 %.2f ms p99 %.2f ms), %d paced (%d before the response) (load %.2f)\n",
 				l.WatchLoadN, l.WatchLoadEarly, msf(l.WatchLoadE2EP50), msf(l.WatchLoadE2EP99), l.WatchPaced, l.WatchEarly, l.Load1)
+			if n := len(l.WatchLoadSlowest); n > 0 {
+				runs, longest := stalls(l.WatchLoadSlowest, 5*time.Millisecond)
+				fmt.Fprintf(&b, "  - the slowest %d of those events (%.1f to %.1f ms after the response) were written in %d bursts (responses within 5 ms of each other), the largest %d events\n",
+					n, msf(slices.MinFunc(l.WatchLoadSlowest, byLate).Late), msf(slices.MaxFunc(l.WatchLoadSlowest, byLate).Late), runs, longest)
+			}
 		}
 		if i := r.Idle; i != nil {
 			fmt.Fprintf(&b, "- idle window %s: write_bytes %.2f MB (cancelled %.2f MB, wchar %.2f MB), CPU %.1f s; load %.2f -> %.2f; RSS at end %.0f MiB, PSS %.0f MiB\n",
