@@ -145,6 +145,7 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 			CAFile:    storage.CAFile,
 			CertFile:  storage.CertFile,
 			KeyFile:   storage.KeyFile,
+			InProcess: storage.InProcess,
 		},
 	})
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"sigs.k8s.io/yaml"
+
+	"github.com/edgeplane/edgeplane/pkg/datastore"
 )
 
 // Files are the PKI files the chain serves and authenticates with.
@@ -34,6 +36,9 @@ type Files struct {
 type Storage struct {
 	Endpoints                 []string
 	CAFile, CertFile, KeyFile string
+	// InProcess (optional), for a datastore in this process, gives the
+	// storage behind the watch cache a client that calls it without gRPC.
+	InProcess datastore.InProcessClient
 }
 
 // Config is what the chain needs from the rest of edgeplane. Every field is

@@ -23,6 +23,8 @@ import (
 	clientgoinformers "k8s.io/client-go/informers"
 	clientgoclientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/edgeplane/edgeplane/pkg/datastore"
 	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
@@ -45,8 +47,8 @@ const defaultInformerResync = 12 * time.Hour
 // newConfig builds the three servers' configuration as upstream's
 // app.NewConfig does, except that the generic configuration comes from
 // buildGenericConfig, whose informer resync we choose.
-func newConfig(opts options.CompletedOptions, resync time.Duration) (*app.Config, error) {
-	generic, informers, storageFactory, err := buildGenericConfig(opts.CompletedOptions, opts.InformerName, resync)
+func newConfig(opts options.CompletedOptions, resync time.Duration, inProcess datastore.InProcessClient) (*app.Config, error) {
+	generic, informers, storageFactory, err := buildGenericConfig(opts.CompletedOptions, opts.InformerName, resync, inProcess)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +72,7 @@ func newConfig(opts options.CompletedOptions, resync time.Duration) (*app.Config
 // buildGenericConfig is our counterpart of upstream's
 // controlplaneapiserver.BuildGenericConfig: the same option application
 // order, with the loopback informer resync as a parameter.
-func buildGenericConfig(s cpoptions.CompletedOptions, informerName *cache.InformerName, resync time.Duration) (*genericapiserver.Config, clientgoinformers.SharedInformerFactory, *serverstorage.DefaultStorageFactory, error) {
+func buildGenericConfig(s cpoptions.CompletedOptions, informerName *cache.InformerName, resync time.Duration, inProcess datastore.InProcessClient) (*genericapiserver.Config, clientgoinformers.SharedInformerFactory, *serverstorage.DefaultStorageFactory, error) {
 	schemes := []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme}
 	resources := controlplane.DefaultAPIResourceConfigSource()
 
@@ -139,7 +141,7 @@ func buildGenericConfig(s cpoptions.CompletedOptions, informerName *cache.Inform
 	if err := s.Etcd.ApplyWithStorageFactoryTo(storageFactory, c); err != nil {
 		return nil, nil, nil, err
 	}
-	c.RESTOptionsGetter = shareStorageClients(c.RESTOptionsGetter)
+	c.RESTOptionsGetter = shareStorageClients(c.RESTOptionsGetter, inProcess)
 
 	// Authentication and authorization run until the server has drained.
 	ctx := wait.ContextForChannel(c.DrainedNotify())

@@ -47,7 +47,8 @@ import (
 // puts one) on a client shared by every resource with the same transport.
 // What the client leaves out of upstream's: gRPC client metrics and
 // OpenTelemetry on the storage connection (the etcd_request_* metrics are
-// kept: they wrap the store).
+// kept: they wrap the store). For a datastore in this process, the shared
+// client calls it directly, without gRPC (pkg/datastore/inprocess.go).
 
 // Upstream's etcd client settings (storagebackend/factory, unexported).
 const (
@@ -58,6 +59,9 @@ const (
 
 // storageClients holds the shared clients, one per transport.
 type storageClients struct {
+	// inProcess, when set, makes the clients in-process ones.
+	inProcess datastore.InProcessClient
+
 	mu      sync.Mutex
 	clients map[string]*storageClient
 }
@@ -90,13 +94,14 @@ type sharedClientsGetter struct {
 }
 
 // shareStorageClients wraps the storage factory's RESTOptions getter; any
-// other getter is returned as it is.
-func shareStorageClients(g generic.RESTOptionsGetter) generic.RESTOptionsGetter {
+// other getter is returned as it is. With inProcess, the shared clients call
+// the datastore in this process.
+func shareStorageClients(g generic.RESTOptionsGetter, inProcess datastore.InProcessClient) generic.RESTOptionsGetter {
 	f, ok := g.(*serveroptions.StorageFactoryRestOptionsFactory)
 	if !ok {
 		return g
 	}
-	return sharedClientsGetter{StorageFactoryRestOptionsFactory: f, clients: &storageClients{clients: map[string]*storageClient{}}}
+	return sharedClientsGetter{StorageFactoryRestOptionsFactory: f, clients: &storageClients{inProcess: inProcess, clients: map[string]*storageClient{}}}
 }
 
 func (g sharedClientsGetter) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
@@ -200,7 +205,7 @@ func (p *storageClients) acquire(c storagebackend.ConfigForResource) (*kubernete
 	defer p.mu.Unlock()
 	sc := p.clients[key]
 	if sc == nil {
-		client, err := newStorageClient(c.Transport)
+		client, err := p.newClient(c.Transport)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -209,14 +214,14 @@ func (p *storageClients) acquire(c storagebackend.ConfigForResource) (*kubernete
 		sc = &storageClient{client: client}
 		if c.CompactionInterval > 0 {
 			// Its own client, as upstream's (see GetRESTOptions).
-			if sc.compactorClient, err = newStorageClient(c.Transport); err != nil {
+			if sc.compactorClient, err = p.newClient(c.Transport); err != nil {
 				_ = client.Close()
 				return nil, nil, nil, err
 			}
 			sc.compactor = etcd3.StartCompactorPerEndpoint(sc.compactorClient.Client, c.CompactionInterval)
 		}
 		p.clients[key] = sc
-		klog.V(2).InfoS("Storage shares one datastore client", "servers", c.Transport.ServerList)
+		klog.V(2).InfoS("Storage shares one datastore client", "servers", c.Transport.ServerList, "inProcess", p.inProcess != nil)
 	}
 	sc.refs++
 	// newStore releases once: on its error path or in its destroy.
@@ -232,6 +237,23 @@ func (p *storageClients) acquire(c storagebackend.ConfigForResource) (*kubernete
 			delete(p.clients, key)
 		}
 	}, nil
+}
+
+// newClient returns an in-process client when there is one, else one that
+// connects to c.
+func (p *storageClients) newClient(c storagebackend.TransportConfig) (*kubernetes.Client, error) {
+	if p.inProcess == nil {
+		return newStorageClient(c)
+	}
+	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background().WithName("storage-client")), storageDialTimeout)
+	defer cancel()
+	cli, err := p.inProcess(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("datastore client: %w", err)
+	}
+	kc := &kubernetes.Client{Client: cli}
+	kc.Kubernetes = kc
+	return kc, nil
 }
 
 // newStorageClient connects as upstream's newETCD3Client does (TLS, egress

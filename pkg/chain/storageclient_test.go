@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/edgeplane/edgeplane/pkg/datastore"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/generic"
 	serveroptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/storage"
@@ -22,11 +24,21 @@ import (
 
 // TestSharedStorageClients builds storage for two resources, one behind the
 // watch cache and one not, through the storage factory kube-apiserver uses
-// and the shared-client getter, on kine and a real SQLite file. It checks
-// that both use one client, that each stores and reads back an object, that
-// the client goes when the last storage is destroyed, and that other getters
-// are left alone.
+// and the shared-client getter, on kine and a real SQLite file, with a client
+// through kine's socket and with one that calls kine in this process. It
+// checks that both use one client of the kind asked for, that each stores and
+// reads back an object and the cached one delivers a watch event, that the
+// client goes when the last storage is destroyed, and that other getters are
+// left alone.
 func TestSharedStorageClients(t *testing.T) {
+	for _, inProcess := range []bool{false, true} {
+		t.Run(map[bool]string{false: "socket", true: "in-process"}[inProcess], func(t *testing.T) {
+			testSharedStorageClients(t, inProcess)
+		})
+	}
+}
+
+func testSharedStorageClients(t *testing.T, inProcess bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ds, err := datastore.New(datastore.Options{Type: datastore.TypeSQLite, DataDir: t.TempDir()})
@@ -40,6 +52,10 @@ func TestSharedStorageClients(t *testing.T) {
 	if err := ds.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}
+	var direct datastore.InProcessClient
+	if inProcess {
+		direct = ds.Client().InProcess
+	}
 
 	etcd := serveroptions.NewEtcdOptions(storagebackend.NewDefaultConfig("/registry", nil))
 	etcd.StorageConfig.Transport.ServerList = ds.Client().Endpoints
@@ -48,7 +64,7 @@ func TestSharedStorageClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	getter, ok := shareStorageClients(&serveroptions.StorageFactoryRestOptionsFactory{Options: *etcd, StorageFactory: storageFactory}).(sharedClientsGetter)
+	getter, ok := shareStorageClients(&serveroptions.StorageFactoryRestOptionsFactory{Options: *etcd, StorageFactory: storageFactory}, direct).(sharedClientsGetter)
 	if !ok {
 		t.Fatal("the storage factory's getter was not wrapped")
 	}
@@ -79,6 +95,12 @@ func TestSharedStorageClients(t *testing.T) {
 	if n := len(getter.clients.clients); n != 1 {
 		t.Fatalf("%d datastore clients for two resources, want 1", n)
 	}
+	for _, sc := range getter.clients.clients {
+		// An in-process client has no gRPC connection.
+		if conn := sc.client.ActiveConnection(); (conn == nil) != inProcess {
+			t.Errorf("gRPC connection %v, want one: %v", conn, !inProcess)
+		}
+	}
 
 	for i, st := range stores {
 		key := []string{"/configmaps/default/shared", "/secrets/default/shared"}[i]
@@ -89,6 +111,39 @@ func TestSharedStorageClients(t *testing.T) {
 		got := &api.ConfigMap{}
 		if err := st.s.Get(ctx, key, storage.GetOptions{}, got); err != nil || got.Data["i"] != in.Data["i"] {
 			t.Fatalf("%s reads %v, %v", key, got.Data, err)
+		}
+	}
+
+	// A watch through the watch cache, which lists and watches the datastore
+	// through the shared client.
+	var w watch.Interface
+	for w == nil {
+		// Refused until the watch cache has its first list.
+		if w, err = stores[0].s.Watch(ctx, "/configmaps/default", storage.ListOptions{ResourceVersion: "0", Predicate: storage.Everything, Recursive: true}); err != nil {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("watch: %v", err)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	defer w.Stop()
+	later := &api.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "later", Namespace: "default"}}
+	if err := stores[0].s.Create(ctx, "/configmaps/default/later", later, &api.ConfigMap{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	for seen := false; !seen; {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch ended")
+			}
+			// The watch cache hands out its own wrapper of the object.
+			if m, err := meta.Accessor(ev.Object); err == nil && m.GetName() == "later" && ev.Type == watch.Added {
+				seen = true
+			}
+		case <-ctx.Done():
+			t.Fatal("no watch event for the new ConfigMap")
 		}
 	}
 
@@ -113,7 +168,7 @@ func TestSharedStorageClients(t *testing.T) {
 	}
 
 	other := generic.RESTOptionsGetter(fixedGetter{})
-	if shareStorageClients(other) != other {
+	if shareStorageClients(other, nil) != other {
 		t.Error("a getter other than the storage factory's was wrapped")
 	}
 }

@@ -33,6 +33,9 @@ type ClientConfig struct {
 	Endpoints []string // e.g. "unix:///abs/path/db/kine.sock" or "https://127.0.0.1:PORT"
 	// TLS for etcd; empty for kine on a unix socket.
 	CAFile, CertFile, KeyFile string
+	// InProcess, for a datastore in this process, returns a client that
+	// calls it without gRPC (inprocess.go); nil for an external one.
+	InProcess InProcessClient
 }
 
 // Options configures New.

@@ -112,6 +112,7 @@ func (s *etcdStore) Start(ctx context.Context) error {
 		CAFile:    s.opts.EtcdCAFile,
 		CertFile:  s.opts.EtcdClientCertFile,
 		KeyFile:   s.opts.EtcdClientKeyFile,
+		InProcess: etcdInProcess(e.Server),
 	}
 	lg.Info("Started embedded etcd", "dir", s.dir, "endpoint", s.client.Endpoints[0])
 	return nil

@@ -47,12 +47,12 @@ type kineServeConfig struct {
 
 // serveKine starts kine's etcd3 gRPC bridge over the driver for
 // cfg.Driver.Endpoint and serves it on cfg.SocketPath, doing for one
-// datastore what kine's endpoint.Listen does. It returns once the socket
-// listens. Every goroutine it starts is counted in wg: when ctx is cancelled
+// datastore what kine's endpoint.Listen does. It returns the services it
+// serves once the socket listens. Every goroutine it starts is counted in wg: when ctx is cancelled
 // the gRPC server stops (gracefully, for up to two seconds), then the driver,
 // which closes the database; wg then reaches zero. On error nothing is left
 // running once wg reaches zero.
-func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (rerr error) {
+func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (_ etcdServices, rerr error) {
 	// The backend outlives ctx: it stops only after the gRPC server has.
 	bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
@@ -65,13 +65,13 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (re
 	backend, err := newKineBackend(bctx, wg, &dcfg)
 	if err != nil {
 		// Like kine, keep the endpoint (it may carry credentials) out of the error.
-		return fmt.Errorf("creating kine driver: %w", err)
+		return etcdServices{}, fmt.Errorf("creating kine driver: %w", err)
 	}
 	if backend.Backend == nil {
-		return errors.New("kine driver has no local backend")
+		return etcdServices{}, errors.New("kine driver has no local backend")
 	}
 	if err := backend.Start(bctx); err != nil {
-		return fmt.Errorf("starting kine backend: %w", err)
+		return etcdServices{}, fmt.Errorf("starting kine backend: %w", err)
 	}
 
 	// Upstream etcd's gRPC limits and keepalives, as kine sets them.
@@ -96,12 +96,13 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (re
 	// Watches are served by the watch hub instead of kine's watch service
 	// (watchhub.go); every other etcd service is kine's.
 	hub := newWatchHub(bctx, wg, guarded, lg)
-	registerKine(gs, server.New(guarded, "unix", cfg.NotifyInterval, cfg.ETCDVersion),
-		&watchServer{hub: hub, notifyInterval: cfg.NotifyInterval})
+	bridge := server.New(guarded, "unix", cfg.NotifyInterval, cfg.ETCDVersion)
+	ws := &watchServer{hub: hub, notifyInterval: cfg.NotifyInterval}
+	registerKine(gs, bridge, ws)
 
 	lis, err := listenUnix(ctx, cfg.SocketPath)
 	if err != nil {
-		return err
+		return etcdServices{}, err
 	}
 
 	wg.Add(2)
@@ -119,7 +120,7 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (re
 		timer.Stop()
 		bcancel()
 	}()
-	return nil
+	return etcdServices{kv: bridge, lease: bridge, watch: ws, cluster: bridge, maintenance: bridge}, nil
 }
 
 // listenUnix listens on a unix socket at path, readable by the owner only.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"io/fs"
 	"net"
 	"os"
@@ -54,6 +55,7 @@ type kineRun struct {
 	cancel    context.CancelFunc
 	listened  chan struct{} // closed when endpoint.Listen returned; listenErr is then set
 	listenErr error
+	services  etcdServices  // what it serves, once listened without error
 	done      chan struct{} // closed when all kine goroutines exited and the database is closed
 }
 
@@ -77,7 +79,33 @@ func (s *kineStore) Name() string {
 }
 
 func (s *kineStore) Client() ClientConfig {
-	return ClientConfig{Endpoints: []string{"unix://" + s.sockPath}}
+	return ClientConfig{Endpoints: []string{"unix://" + s.sockPath}, InProcess: s.inProcess}
+}
+
+// inProcess returns a client that calls kine's services in this process
+// (inprocess.go), once they serve; its logger is ctx's.
+func (s *kineStore) inProcess(ctx context.Context) (*clientv3.Client, error) {
+	s.mu.Lock()
+	run := s.run
+	s.mu.Unlock()
+	if run == nil {
+		return nil, errors.New("datastore: kine not started")
+	}
+	select {
+	case <-run.listened:
+	case <-run.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("datastore: kine not serving yet: %w", context.Cause(ctx))
+	}
+	select {
+	case <-run.done:
+		return nil, errors.New("datastore: kine has stopped")
+	default:
+	}
+	if run.listenErr != nil {
+		return nil, run.listenErr
+	}
+	return run.services.client(klog.FromContext(ctx).WithName("datastore-client")), nil
 }
 
 func (s *kineStore) Start(ctx context.Context) error {
@@ -129,13 +157,13 @@ func (s *kineStore) Start(ctx context.Context) error {
 	run := &kineRun{cancel: cancel, listened: make(chan struct{}), done: make(chan struct{})}
 	s.run = run
 	go func() {
-		err := serveKine(kctx, wg, cfg)
+		services, err := serveKine(kctx, wg, cfg)
 		if err != nil {
 			err = fmt.Errorf("datastore: starting kine on %s: %w", s.dbPath, err)
 			lg.Error(err, "Kine failed to start")
 			cancel()
 		}
-		run.listenErr = err
+		run.listenErr, run.services = err, services
 		close(run.listened)
 		// All wg.Add calls happen inside serveKine or while the counter is
 		// non-zero, so waiting here is safe. On cancel the gRPC server stops
