@@ -48,10 +48,11 @@ type kineServeConfig struct {
 // serveKine starts kine's etcd3 gRPC bridge over the driver for
 // cfg.Driver.Endpoint and serves it on cfg.SocketPath, doing for one
 // datastore what kine's endpoint.Listen does. It returns the services it
-// serves once the socket listens. Every goroutine it starts is counted in wg: when ctx is cancelled
-// the gRPC server stops (gracefully, for up to two seconds), then the driver,
-// which closes the database; wg then reaches zero. On error nothing is left
-// running once wg reaches zero.
+// serves once the socket listens (they can be called in process too,
+// inprocess.go). Every goroutine it starts is counted in wg: when ctx is
+// cancelled the gRPC server stops (gracefully, for up to two seconds), then
+// the driver, which closes the database; wg then reaches zero. On error
+// nothing is left running once wg reaches zero.
 func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (_ etcdServices, rerr error) {
 	// The backend outlives ctx: it stops only after the gRPC server has.
 	bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"io/fs"
 	"net"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/k3s-io/kine/pkg/drivers"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
 )
 
@@ -93,19 +93,18 @@ func (s *kineStore) inProcess(ctx context.Context) (*clientv3.Client, error) {
 	}
 	select {
 	case <-run.listened:
-	case <-run.done:
 	case <-ctx.Done():
 		return nil, fmt.Errorf("datastore: kine not serving yet: %w", context.Cause(ctx))
+	}
+	if run.listenErr != nil {
+		return nil, run.listenErr
 	}
 	select {
 	case <-run.done:
 		return nil, errors.New("datastore: kine has stopped")
 	default:
 	}
-	if run.listenErr != nil {
-		return nil, run.listenErr
-	}
-	return run.services.client(klog.FromContext(ctx).WithName("datastore-client")), nil
+	return run.services.client(klog.FromContext(ctx)), nil
 }
 
 func (s *kineStore) Start(ctx context.Context) error {
