@@ -46,12 +46,12 @@ type loadResult struct {
 	// WatchLoadSlowest: the slowest 2% of those events by when their write
 	// was acknowledged, to tell stalls (many writes acknowledged together,
 	// all late) from single late events.
-	WatchLoadSlowest []watchSample `json:",omitempty"`
-	WatchPaced                       int // writes one at a time
-	WatchP50, WatchP99               time.Duration
-	WatchE2EP50, WatchE2EP99         time.Duration
-	WatchEarly                       int
-	Load1                            float64 // 1-minute load average when the creates began
+	WatchLoadSlowest         []watchSample `json:",omitempty"`
+	WatchPaced               int           // writes one at a time
+	WatchP50, WatchP99       time.Duration
+	WatchE2EP50, WatchE2EP99 time.Duration
+	WatchEarly               int
+	Load1                    float64 // 1-minute load average when the creates began
 }
 
 // watchSample is one event of the watch during the creates.
