@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"k8s.io/utils/ptr"
@@ -233,12 +234,18 @@ func testDeployment(t *testing.T, s *server) {
 	if _, err := deps.Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := deps.Get(ctx, "api", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got.Spec.Replicas = ptr.To[int32](3)
-	if _, err := deps.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+	// The deployment controller writes the object too (its revision
+	// annotation, its status): read and update again on a conflict, as any
+	// client must.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got, err := deps.Get(ctx, "api", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		got.Spec.Replicas = ptr.To[int32](3)
+		_, err = deps.Update(ctx, got, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	scale, err := deps.GetScale(ctx, "api", metav1.GetOptions{})
