@@ -4,10 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/k3s-io/kine/pkg/broadcaster"
+	"github.com/k3s-io/kine/pkg/drivers/generic"
 	"github.com/k3s-io/kine/pkg/logstructured"
+	"github.com/k3s-io/kine/pkg/logstructured/sqllog"
 	"github.com/k3s-io/kine/pkg/server"
 )
 
@@ -44,7 +47,8 @@ type commitFeed struct {
 
 	writes  writeTokens
 	current func(context.Context) (int64, error) // the database's last revision
-	// row reads the event stored at a revision, as the polling loop reads it.
+	// row reads the event stored at a revision, as the polling loop reads it
+	// (storedEvents).
 	row func(ctx context.Context, rev int64) (*server.Event, error)
 	ctx context.Context // the backend's, from Start
 	bc  broadcaster.Broadcaster
@@ -151,43 +155,27 @@ func (f *commitFeed) Append(ctx context.Context, event *server.Event) (int64, er
 	return rev, err
 }
 
-// storedEvents reads the event stored at a revision from db as kine's polling
-// loop builds it from the row (sqllog's scan, v0.17.5): a create is its own
-// create revision and has no previous value; anything else has the previous
-// value and create revision the insert copied, and the new row's lease.
+// storedRowSQL reads one row by revision (a primary-key lookup) in the columns
+// of the polling loop's query, for kine's own row mapping; the current and
+// compact revisions it also reads are not needed here.
+var storedRowSQL = fmt.Sprintf("SELECT 0, 0, %s FROM kine WHERE id = ?", generic.WithOldVal)
+
+// storedEvents reads the event stored at a revision as the polling loop
+// builds it (sqllog.RowsToEvents).
 func storedEvents(db *sql.DB) func(context.Context, int64) (*server.Event, error) {
 	return func(ctx context.Context, rev int64) (*server.Event, error) {
-		var (
-			name               sql.NullString
-			created, deleted   sql.NullBool
-			createRev, prevRev sql.NullInt64
-			lease              sql.NullInt64
-			value, oldValue    []byte
-		)
-		err := db.QueryRowContext(ctx, `SELECT name, created, deleted, create_revision, prev_revision, lease, value, old_value FROM kine WHERE id = ?`, rev).
-			Scan(&name, &created, &deleted, &createRev, &prevRev, &lease, &value, &oldValue)
+		rows, err := db.QueryContext(ctx, storedRowSQL, rev)
 		if err != nil {
 			return nil, err
 		}
-		e := &server.Event{Create: created.Bool, Delete: deleted.Bool, KV: &server.KeyValue{
-			Key:            name.String,
-			Value:          value,
-			CreateRevision: createRev.Int64,
-			ModRevision:    rev,
-			Lease:          lease.Int64,
-		}}
-		if e.Create {
-			e.KV.CreateRevision = rev
-			return e, nil
+		batch, _, err := sqllog.RowsToEvents(rows, true, true)
+		if err != nil {
+			return nil, err
 		}
-		e.PrevKV = &server.KeyValue{
-			Key:            name.String,
-			Value:          oldValue,
-			CreateRevision: createRev.Int64,
-			ModRevision:    prevRev.Int64,
-			Lease:          lease.Int64,
+		if len(batch.Events) != 1 {
+			return nil, fmt.Errorf("datastore: revision %d is not stored", rev)
 		}
-		return e, nil
+		return batch.Events[0], nil
 	}
 }
 
