@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
 	"fmt"
 	"os"
 	"strconv"
@@ -17,8 +18,11 @@ import (
 // start-up used (package init, building the OpenAPI documents and the API
 // routes) stay unmapped, where the kernel reclaims them before mapped
 // executable pages. The writable data segment is not touched: dropping it
-// would lose the process's changes. It returns the bytes of the mappings it
-// released.
+// would lose the process's changes. Nor is the part of it that the dynamic
+// loader makes read-only after relocating it (RELRO: the GOT, .data.rel.ro)
+// in a binary built with cgo or as PIE: dropping it would put back the file's
+// unrelocated pointers. Only mappings inside the ELF's read-only loadable
+// segments are released. It returns the bytes of the mappings it released.
 func releaseStartupPages() (uint64, error) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
@@ -34,7 +38,11 @@ func releaseStartupPages() (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reading the process's mappings: %w", err)
 	}
-	ranges, err := readOnlyMappings(maps, exe, ino)
+	segments, err := readOnlySegments("/proc/self/exe")
+	if err != nil {
+		return 0, err
+	}
+	ranges, err := readOnlyMappings(maps, exe, ino, segments)
 	if err != nil {
 		return 0, err
 	}
@@ -50,10 +58,55 @@ func releaseStartupPages() (uint64, error) {
 
 type mapping struct{ start, end uintptr }
 
+// fileSegments are the page-rounded file ranges of an ELF's loadable
+// segments: the ones the program never writes and the writable ones.
+type fileSegments struct{ readOnly, writable []mapping }
+
+// contain reports whether the file range [off, off+size) lies in a read-only
+// segment and overlaps no writable one.
+func (s fileSegments) contain(off, size uintptr) bool {
+	end := off + size
+	for _, w := range s.writable {
+		if off < w.end && w.start < end {
+			return false
+		}
+	}
+	for _, r := range s.readOnly {
+		if r.start <= off && end <= r.end {
+			return true
+		}
+	}
+	return false
+}
+
+// readOnlySegments reads the program headers of the ELF file at path.
+func readOnlySegments(path string) (fileSegments, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fileSegments{}, fmt.Errorf("reading the executable's program headers: %w", err)
+	}
+	defer f.Close()
+	page := uint64(os.Getpagesize())
+	var s fileSegments
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD && p.Type != elf.PT_GNU_RELRO {
+			continue
+		}
+		r := mapping{uintptr(p.Off &^ (page - 1)), uintptr((p.Off + p.Filesz + page - 1) &^ (page - 1))}
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_W == 0 {
+			s.readOnly = append(s.readOnly, r)
+		} else {
+			s.writable = append(s.writable, r)
+		}
+	}
+	return s, nil
+}
+
 // readOnlyMappings picks from /proc/self/maps the private mappings of path
-// (inode ino; 0 = any) that are not writable.
+// (inode ino; 0 = any) that are not writable and whose file range lies in the
+// executable's read-only segments.
 // A line is "start-end perms offset dev inode path".
-func readOnlyMappings(maps []byte, path string, ino uint64) ([]mapping, error) {
+func readOnlyMappings(maps []byte, path string, ino uint64, segments fileSegments) ([]mapping, error) {
 	var out []mapping
 	sc := bufio.NewScanner(bytes.NewReader(maps))
 	for sc.Scan() {
@@ -76,8 +129,12 @@ func readOnlyMappings(maps []byte, path string, ino uint64) ([]mapping, error) {
 		}
 		start, err1 := strconv.ParseUint(lo, 16, 64)
 		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 != nil || err2 != nil || end <= start {
-			return nil, fmt.Errorf("unexpected range in /proc/self/maps: %q", f[0])
+		off, err3 := strconv.ParseUint(f[2], 16, 64)
+		if err1 != nil || err2 != nil || err3 != nil || end <= start {
+			return nil, fmt.Errorf("unexpected range in /proc/self/maps: %q", sc.Text())
+		}
+		if !segments.contain(uintptr(off), uintptr(end-start)) {
+			continue
 		}
 		out = append(out, mapping{uintptr(start), uintptr(end)})
 	}

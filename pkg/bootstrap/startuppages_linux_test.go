@@ -1,9 +1,12 @@
 package bootstrap
 
 import (
+	"bytes"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/edgeplane/edgeplane/internal/procfs"
@@ -21,6 +24,11 @@ func TestReadOnlyMappings(t *testing.T) {
 		"7f0000200000-7f0000300000 r--p 00000000 08:01 4242 /usr/local/bin/edgeplane-old",
 		"7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]",
 	}, "\n")
+	// The segments of that binary: code, read-only data, writable data.
+	segments := fileSegments{
+		readOnly: []mapping{{0, 0x44c7000}, {0x44c7000, 0x95dd000}},
+		writable: []mapping{{0x95dd000, 0x9800000}},
+	}
 	for _, tc := range []struct {
 		name string
 		path string
@@ -34,7 +42,7 @@ func TestReadOnlyMappings(t *testing.T) {
 		{"a replaced binary's path", exe + " (deleted)", 4242, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := readOnlyMappings([]byte(maps), tc.path, tc.ino)
+			got, err := readOnlyMappings([]byte(maps), tc.path, tc.ino, segments)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -45,12 +53,33 @@ func TestReadOnlyMappings(t *testing.T) {
 	}
 
 	deleted := "00400000-048c7000 r-xp 00000000 08:01 4242 " + exe + " (deleted)"
-	got, err := readOnlyMappings([]byte(deleted), exe+" (deleted)", 4242)
+	got, err := readOnlyMappings([]byte(deleted), exe+" (deleted)", 4242, segments)
 	if err != nil || len(got) != 1 {
 		t.Fatalf("a binary replaced on disk: %x, %v; want its one mapping", got, err)
 	}
-	if _, err := readOnlyMappings([]byte("zz r-xp 0 08:01 4242 "+exe), exe, 4242); err == nil {
+	if _, err := readOnlyMappings([]byte("zz r-xp 0 08:01 4242 "+exe), exe, 4242, segments); err == nil {
 		t.Fatal("a malformed range was accepted")
+	}
+
+	// A binary built with cgo (dynamically linked) or as PIE: the loader
+	// relocates the start of the writable segment (RELRO: GOT, .data.rel.ro)
+	// and then makes it read-only, so it shows as a read-only mapping. Its
+	// pages differ from the file: dropping them would reset the pointers.
+	relro := strings.Join([]string{
+		"00400000-02902000 r--p 00000000 08:01 4242 " + exe,
+		"02902000-070f3000 r-xp 02502000 08:01 4242 " + exe,
+		"070f3000-0c5dd000 r--p 06cf3000 08:01 4242 " + exe,
+		"0c5dd000-0c5e0000 r--p 0c1dd000 08:01 4242 " + exe,
+		"0c5e0000-0c761000 rw-p 0c1e0000 08:01 4242 " + exe,
+	}, "\n")
+	relroSegments := fileSegments{
+		readOnly: []mapping{{0, 0x2502000}, {0x2502000, 0x6cf3000}, {0x6cf3000, 0xc1dd000}},
+		writable: []mapping{{0xc1dd000, 0xc361000}, {0xc1dd000, 0xc1e0000}},
+	}
+	got, err = readOnlyMappings([]byte(relro), exe, 4242, relroSegments)
+	want := []mapping{{0x400000, 0x2902000}, {0x2902000, 0x70f3000}, {0x70f3000, 0xc5dd000}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("with a relocated read-only part of the data segment: %x, %v; want %x", got, err, want)
 	}
 }
 
@@ -60,6 +89,10 @@ var dataSegment = [4]int{1, 2, 3, 4}
 
 func TestReleaseStartupPages(t *testing.T) {
 	dataSegment[2] = 42
+	// Every mapping to be released must hold exactly what the file holds at
+	// its offset: the kernel refills a dropped page from the file, so a page
+	// the process (or the dynamic loader) changed would come back different.
+	assertMappingsMatchFile(t)
 	rssFile := func() int64 {
 		v, err := procfs.StatusBytes(os.Getpid(), "RssFile")
 		if err != nil {
@@ -83,8 +116,75 @@ func TestReleaseStartupPages(t *testing.T) {
 		t.Fatalf("the data segment changed: %v", dataSegment)
 	}
 	// The released code runs again (it faults back in from the page cache).
-	if got, err := readOnlyMappings([]byte("1000-2000 r-xp 0 08:01 1 /x"), "/x", 1); err != nil || len(got) != 1 {
+	if got, err := readOnlyMappings([]byte("1000-2000 r-xp 0 08:01 1 /x"), "/x", 1, fileSegments{readOnly: []mapping{{0, 0x1000}}}); err != nil || len(got) != 1 {
 		t.Fatalf("after the release: %v, %v", got, err)
 	}
 	t.Logf("released %d MiB of mappings; file-backed RSS %d -> %d MiB", released>>20, before>>20, after>>20)
+}
+
+// assertMappingsMatchFile compares the memory of each mapping
+// releaseStartupPages would drop with the executable's bytes at the
+// mapping's file offset.
+func assertMappingsMatchFile(t *testing.T) {
+	t.Helper()
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	segments, err := readOnlySegments("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranges, err := readOnlyMappings(maps, exe, fi.Sys().(*syscall.Stat_t).Ino, segments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offsets := map[uintptr]int64{} // mapping start -> file offset
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		lo, _, _ := strings.Cut(f[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		off, err2 := strconv.ParseInt(f[2], 16, 64)
+		if err1 == nil && err2 == nil {
+			offsets[uintptr(start)] = off
+		}
+	}
+	file, err := os.Open("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	mem, err := os.Open("/proc/self/mem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	const chunk = 1 << 20
+	buf, got := make([]byte, chunk), make([]byte, chunk)
+	for _, r := range ranges {
+		off := offsets[r.start]
+		for p := r.start; p < r.end; p += chunk {
+			n := min(uintptr(chunk), r.end-p)
+			if _, err := file.ReadAt(buf[:n], off+int64(p-r.start)); err != nil {
+				t.Fatalf("reading the executable at %#x: %v", off+int64(p-r.start), err)
+			}
+			if _, err := mem.ReadAt(got[:n], int64(p)); err != nil {
+				t.Fatalf("reading this process's memory at %#x: %v", p, err)
+			}
+			if !bytes.Equal(got[:n], buf[:n]) {
+				t.Fatalf("mapping %#x-%#x differs from the file at offset %#x: releasing it would lose what was written there", r.start, r.end, off)
+			}
+		}
+	}
 }
