@@ -28,6 +28,7 @@ func medianLoad(runs []loadResult) loadResult {
 		CreateTime:      dur(func(l loadResult) time.Duration { return l.CreateTime }),
 		CreatesPerS:     num(func(l loadResult) float64 { return l.CreatesPerS }),
 		CPUPerCreate:    dur(func(l loadResult) time.Duration { return l.CPUPerCreate }),
+		PeakRSS:         int64(num(func(l loadResult) float64 { return float64(l.PeakRSS) })),
 		CreateP50:       dur(func(l loadResult) time.Duration { return l.CreateP50 }),
 		CreateP99:       dur(func(l loadResult) time.Duration { return l.CreateP99 }),
 		ListItems:       runs[0].ListItems,

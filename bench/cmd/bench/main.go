@@ -348,7 +348,7 @@ func (r *runner) settleMemory(ctx context.Context, in *instance, res *configResu
 func (r *runner) load(ctx context.Context, in *instance, res *configResult) {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	lr, err := runLoad(lctx, in.rest, in.cpu, r.o.creates, r.o.clients, r.o.paced)
+	lr, err := runLoad(lctx, in.rest, in.cpu, in.rss, r.o.creates, r.o.clients, r.o.paced)
 	if err != nil {
 		res.LoadErr = err.Error()
 		logf("%s load: %v", res.Name, err)

@@ -240,6 +240,19 @@ func (in *instance) cpu() time.Duration {
 	return c.CPU
 }
 
+// rss is the instance's processes' RSS summed, from /proc/<pid>/status (cheap
+// enough to sample often, unlike smaps_rollup); a process it cannot read
+// counts 0.
+func (in *instance) rss() int64 {
+	var sum int64
+	for _, pid := range in.pids() {
+		if v, err := procfs.RSS(pid); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
 // dirSize is the disk space used by the files under dir.
 func dirSize(dir string) int64 {
 	var n int64

@@ -272,6 +272,7 @@ func (rep *report) rows() []row {
 		{label: fmt.Sprintf("%d ConfigMap creates, %d clients", o.Creates, o.Clients), unit: "creates/s", format: "%.0f", higher: true,
 			value: load(func(l *loadResult) float64 { return l.CreatesPerS })},
 		{label: "server CPU per create (all processes)", unit: "ms", format: "%.2f", value: load(func(l *loadResult) float64 { return msf(l.CPUPerCreate) })},
+		{label: "peak RSS during the creates", unit: "MiB", format: "%.0f", value: load(func(l *loadResult) float64 { return mibf(l.PeakRSS) })},
 		{label: "create latency p50", unit: "ms", format: "%.1f", value: load(func(l *loadResult) float64 { return msf(l.CreateP50) })},
 		{label: "create latency p99", unit: "ms", format: "%.1f", value: load(func(l *loadResult) float64 { return msf(l.CreateP99) })},
 		{label: fmt.Sprintf("list all %d (median of 5)", o.Creates), unit: "ms", format: "%.0f", value: load(func(l *loadResult) float64 { return msf(l.ListMedian) })},
