@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/gcpacer"
 	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
@@ -17,6 +18,11 @@ const (
 	// holds RSS ~35 MiB under Go's default of 100 with no start-up cost
 	// (docs/PERFORMANCE.md); the small profile uses 25.
 	defaultGCPercent = 50
+	// defaultBurstHeadroom is how far the heap may grow above the live heap
+	// during an allocation burst (internal/gcpacer): at GOGC=50 a burst of
+	// creates ran a GC cycle every ~0.3 s, and each one stalled the watch
+	// events in flight (docs/PERFORMANCE.md).
+	defaultBurstHeadroom = 256 << 20
 	// minMemoryLimit keeps the soft limit well above the process's natural
 	// size (~170-200 MiB of heap): a limit below it makes the GC run non-stop.
 	minMemoryLimit = 512 << 20
@@ -28,7 +34,8 @@ const (
 
 // tuneGoRuntime sets GOGC (the profile's) and a GOMEMLIMIT ceiling (half the
 // memory this process may use, at least 512 MiB) unless the user set them.
-func tuneGoRuntime(ctx context.Context, profileGCPercent int, hostMemory uint64) {
+// It returns the GC percent it set (0: the user's GOGC stands).
+func tuneGoRuntime(ctx context.Context, profileGCPercent int, hostMemory uint64) int {
 	gcPercent, limit := goRuntimeSettings(os.Getenv("GOGC") != "", os.Getenv("GOMEMLIMIT") != "", profileGCPercent, hostMemory)
 	if gcPercent > 0 {
 		debug.SetGCPercent(gcPercent)
@@ -37,6 +44,7 @@ func tuneGoRuntime(ctx context.Context, profileGCPercent int, hostMemory uint64)
 		debug.SetMemoryLimit(limit)
 	}
 	klog.FromContext(ctx).V(1).Info("Go runtime", "gcPercent", gcPercent, "memoryLimit", limit)
+	return gcPercent
 }
 
 // goRuntimeSettings decides GOGC and the memory limit (0 = leave as is).
@@ -51,18 +59,24 @@ func goRuntimeSettings(gogcSet, limitSet bool, profileGCPercent int, hostMemory 
 	return gcPercent, limit
 }
 
-// releaseStartupPagesAfter waits delay (or shutdown), then releases the
-// binary's pages that only start-up used (releaseStartupPages): the
-// ~110-140 MiB of the binary that start-up maps shrinks to the ~50-80 MiB the
-// running control plane touches again (docs/PERFORMANCE.md).
-func releaseStartupPagesAfter(ctx context.Context, delay time.Duration) {
-	logger := klog.FromContext(ctx)
+// afterStartup waits delay (or shutdown), releases the binary's start-up
+// pages, then paces the GC through allocation bursts until shutdown
+// (gcpacer; off when the user set GOGC: pacer.BasePercent is then 0).
+func afterStartup(ctx context.Context, delay time.Duration, pacer gcpacer.Config) {
 	select {
 	case <-ctx.Done():
 		return
 	case <-time.After(delay):
 	}
-	logger = logger.V(1)
+	releaseStartupPagesNow(klog.FromContext(ctx).V(1))
+	gcpacer.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("gc-pacer")), pacer)
+}
+
+// releaseStartupPagesNow releases the binary's pages that only start-up used
+// (releaseStartupPages): the ~110-140 MiB of the binary that start-up maps
+// shrinks to the ~50-80 MiB the running control plane touches again
+// (docs/PERFORMANCE.md).
+func releaseStartupPagesNow(logger klog.Logger) {
 	var before int64
 	if logger.Enabled() { // /proc is read only for the log line
 		before, _ = procfs.StatusBytes(os.Getpid(), "RssFile")

@@ -45,6 +45,9 @@ func TestProfileSettings(t *testing.T) {
 	if small.GCPercent >= def.GCPercent || !small.Chain.DisableOpenAPIV2 || small.ControllerWorkers == 0 || !small.LeanControllers {
 		t.Errorf("small profile does not trim: %+v", small)
 	}
+	if def.BurstHeadroom == 0 || small.BurstHeadroom == 0 || small.BurstHeadroom >= def.BurstHeadroom {
+		t.Errorf("burst headroom: default %d, small %d; want both set, small's lower", def.BurstHeadroom, small.BurstHeadroom)
+	}
 	if small.Chain.MaxRequestsInFlight <= 0 || small.Chain.MaxMutatingRequestsInFlight <= 0 || small.Chain.EventTTL <= 0 {
 		t.Errorf("small profile limits unset: %+v", small.Chain)
 	}

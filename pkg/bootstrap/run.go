@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/gcpacer"
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/chain"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
@@ -29,13 +30,13 @@ const (
 // Run starts the control plane and blocks until ctx is cancelled (shutdown)
 // or a component fails. It returns nil after a clean shutdown.
 func Run(ctx context.Context, o CompletedOptions) error {
-	tuneGoRuntime(ctx, o.Profile.GCPercent, o.HostMemory)
+	gcPercent := tuneGoRuntime(ctx, o.Profile.GCPercent, o.HostMemory)
 	s, err := start(ctx, o)
 	if err != nil {
 		return err
 	}
 	s.notifyReady(ctx)
-	go releaseStartupPagesAfter(ctx, startupPagesDelay)
+	go afterStartup(ctx, startupPagesDelay, gcpacer.Config{BasePercent: gcPercent, Headroom: o.Profile.BurstHeadroom})
 	return s.wait(ctx)
 }
 

@@ -1,0 +1,134 @@
+package gcpacer
+
+import (
+	"context"
+	"runtime/debug"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
+
+const mib = 1 << 20
+
+func TestStep(t *testing.T) {
+	cfg := Config{BasePercent: 50, Headroom: 256 * mib, CalmSamples: 3}
+	// At 100 MiB live and GOGC 50, a GC starts every 50 MiB: busy means
+	// more than 50 MiB per 2 s, i.e. more than 6.25 MiB per 250 ms sample.
+	idle := sample{allocated: 1 * mib, live: 100 * mib, heap: 165 * mib, elapsed: 250 * time.Millisecond}
+	fast := sample{allocated: 30 * mib, live: 100 * mib, heap: 200 * mib, elapsed: 250 * time.Millisecond}
+	// The base goal is 150 MiB; the runtime itself returns memory down to 10% over it.
+	grown := sample{allocated: 1 * mib, live: 100 * mib, heap: 166 * mib, elapsed: 250 * time.Millisecond}
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		samples []sample
+		want    []action
+	}{
+		{"idle: nothing changes", cfg,
+			[]sample{idle, idle, idle},
+			[]action{{}, {}, {}}},
+		{"just under the busy rate", cfg,
+			[]sample{{allocated: 6 * mib, live: 100 * mib, elapsed: 250 * time.Millisecond}},
+			[]action{{}}},
+		{"a burst raises the percent to live+headroom, calm samples end it", cfg,
+			[]sample{fast, fast, idle, idle, idle, idle},
+			[]action{{setPercent: 256}, {}, {}, {}, {setPercent: 50}, {}}},
+		{"a burst that grew the heap past the base goal and its slack ends in a collection", cfg,
+			[]sample{fast, grown, grown, grown},
+			[]action{{setPercent: 256}, {}, {}, {setPercent: 50, collect: true}}},
+		{"a busy sample during the calm starts the count again", cfg,
+			[]sample{fast, idle, idle, fast, idle, idle, idle},
+			[]action{{setPercent: 256}, {}, {}, {}, {}, {}, {setPercent: 50}}},
+		{"the percent follows a live heap that grows by more than a tenth", cfg,
+			[]sample{fast, {allocated: 40 * mib, live: 110 * mib, elapsed: 250 * time.Millisecond},
+				{allocated: 40 * mib, live: 128 * mib, elapsed: 250 * time.Millisecond}},
+			[]action{{setPercent: 256}, {}, {setPercent: 200}}},
+		{"a small live heap is capped at MaxPercent", cfg,
+			[]sample{{allocated: 30 * mib, live: 20 * mib, elapsed: 250 * time.Millisecond}},
+			[]action{{setPercent: DefaultMaxPercent}}},
+		{"headroom below the base runway keeps the base percent", Config{BasePercent: 50, Headroom: 10 * mib},
+			[]sample{fast, fast},
+			[]action{{}, {}}},
+		{"a slow tick is judged by its rate, not its bytes", cfg,
+			[]sample{{allocated: 30 * mib, live: 100 * mib, elapsed: 5 * time.Second}},
+			[]action{{}}},
+		{"no heap measured yet", cfg,
+			[]sample{{allocated: 30 * mib, live: 0, elapsed: 250 * time.Millisecond}},
+			[]action{{}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPacer(tc.cfg)
+			for i, s := range tc.samples {
+				if got := p.step(s); got != tc.want[i] {
+					t.Fatalf("sample %d (%+v): got %+v, want %+v", i, s, got, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestRunFollowsAllocation runs the pacer on this test process: it raises the
+// GC percent while the test allocates fast and puts it back once it stops.
+func TestRunFollowsAllocation(t *testing.T) {
+	const base = 50
+	old := debug.SetGCPercent(base)
+	t.Cleanup(func() { debug.SetGCPercent(old) })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Run(ctx, Config{BasePercent: base, Headroom: 1 << 40, Interval: 20 * time.Millisecond, CalmSamples: 5})
+	}()
+	defer func() { cancel(); <-done }()
+
+	gogc := func() int64 {
+		s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+		metrics.Read(s)
+		return int64(s[0].Value.Uint64())
+	}
+	waitFor := func(what string, cond func() bool, work func()) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: GC percent still %d after 10 s", what, gogc())
+			}
+			work()
+		}
+	}
+	var sink [][]byte
+	allocate := func() { // ~64 MiB in 1 MiB objects, most of it garbage at once
+		for range 64 {
+			sink = append(sink, make([]byte, mib))
+			if len(sink) > 8 {
+				sink = sink[1:]
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	waitFor("while allocating fast", func() bool { return gogc() == DefaultMaxPercent }, allocate)
+	sink = nil
+	waitFor("after the allocation stopped", func() bool { return gogc() == base }, func() { time.Sleep(10 * time.Millisecond) })
+
+	// Stopping during a burst puts the base percent back.
+	waitFor("allocating again", func() bool { return gogc() == DefaultMaxPercent }, allocate)
+	sink = nil
+	cancel()
+	<-done
+	if got := gogc(); got != base {
+		t.Fatalf("after Run returned during a burst: GC percent %d, want %d", got, base)
+	}
+}
+
+func TestRunOff(t *testing.T) {
+	for _, cfg := range []Config{{BasePercent: 50}, {Headroom: mib}} {
+		done := make(chan struct{})
+		go func() { Run(context.Background(), cfg); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Run(%+v) did not return at once: it should be off", cfg)
+		}
+	}
+}
