@@ -1,6 +1,6 @@
-// Package gcpacer lets the Go heap grow by a bounded headroom while the
-// process allocates fast (a burst of API requests) and puts the GC percent
-// back, returning the memory to the host, once the burst is over.
+// Package gcpacer lets the Go heap grow up to a ceiling while the process
+// allocates fast (a burst of API requests) and puts the GC percent back,
+// returning the memory to the host, once the burst is over.
 //
 // A low GC percent keeps an idle control plane small, but under a burst it
 // makes the collector run every few hundred milliseconds; each cycle's mark
@@ -10,11 +10,14 @@ package gcpacer
 
 import (
 	"context"
+	"os"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 // Defaults of Config's optional fields.
@@ -32,10 +35,17 @@ const (
 type Config struct {
 	// BasePercent is the GC percent outside bursts (GOGC).
 	BasePercent int
-	// Headroom is how many bytes above the live heap the heap may grow to
-	// during a burst; the burst's GC percent is 100*Headroom/live, within
-	// [BasePercent, MaxPercent]. 0 turns the pacer off.
-	Headroom uint64
+	// BurstHeap is the heap goal a burst may use: the burst's GC percent is
+	// the one whose goal is BurstHeap for the current live heap, within
+	// [BasePercent, MaxPercent]. A live heap whose base goal already reaches
+	// it gets the base percent: the pacer never adds memory above BurstHeap.
+	// 0 turns the pacer off.
+	BurstHeap uint64
+	// RSSCeiling, when set, bounds the burst further: the heap may grow only
+	// by what the process's resident memory (heap, stacks, the binary's and
+	// the datastore's mapped pages) may still grow below it. A process at
+	// the ceiling gets the base percent.
+	RSSCeiling uint64
 	// MaxPercent caps the burst's GC percent (0: DefaultMaxPercent).
 	MaxPercent int
 	// Interval is how often the allocation rate is sampled (0: DefaultInterval).
@@ -69,6 +79,7 @@ type sample struct {
 	allocated uint64        // bytes allocated since the previous sample
 	live      uint64        // heap live after the last GC cycle
 	heap      uint64        // heap memory the process holds: objects, and spans not returned to the host
+	rss       uint64        // the process's resident memory (read only when busy; 0: unknown)
 	elapsed   time.Duration // since the previous sample
 }
 
@@ -103,12 +114,23 @@ func (p *pacer) busy(s sample) bool {
 	return perInterval > runway
 }
 
-// burstPercent is the GC percent that lets the heap grow Headroom above live.
-func (p *pacer) burstPercent(live uint64) int {
-	if live == 0 {
+// burstPercent is the GC percent whose heap goal is BurstHeap at s.live, or
+// less if the RSS ceiling leaves less room: the heap may grow by what the
+// resident memory may still grow (both grow together, so this goal holds
+// still while a burst fills it).
+func (p *pacer) burstPercent(s sample) int {
+	goal := p.cfg.BurstHeap
+	if p.cfg.RSSCeiling > 0 && s.rss > 0 {
+		room := uint64(0)
+		if s.rss < p.cfg.RSSCeiling {
+			room = p.cfg.RSSCeiling - s.rss
+		}
+		goal = min(goal, s.heap+room)
+	}
+	if s.live == 0 || s.live >= goal {
 		return p.cfg.BasePercent
 	}
-	pct := int(p.cfg.Headroom * 100 / live)
+	pct := int((goal - s.live) * 100 / s.live)
 	return min(max(pct, p.cfg.BasePercent), p.cfg.MaxPercent)
 }
 
@@ -116,7 +138,7 @@ func (p *pacer) burstPercent(live uint64) int {
 func (p *pacer) step(s sample) action {
 	if p.busy(s) {
 		p.calm = 0
-		want := p.burstPercent(s.live)
+		want := p.burstPercent(s)
 		// Follow the live heap as it grows, but not every small change.
 		if want != p.percent && (!p.bursting() || abs(want-p.percent)*10 > p.percent) {
 			p.percent = want
@@ -152,7 +174,7 @@ func abs(x int) int {
 // until ctx ends, then puts the base percent back. It assumes the GC percent
 // is BasePercent when it starts.
 func Run(ctx context.Context, cfg Config) {
-	if cfg.Headroom == 0 || cfg.BasePercent <= 0 {
+	if cfg.BurstHeap == 0 || cfg.BasePercent <= 0 {
 		return
 	}
 	logger := klog.FromContext(ctx)
@@ -186,7 +208,13 @@ func Run(ctx context.Context, cfg Config) {
 		case now := <-ticker.C:
 			allocs, live, heap := read()
 			wasBursting := p.bursting()
-			a := p.step(sample{allocated: allocs - prevAllocs, live: live, heap: heap, elapsed: now.Sub(prev)})
+			s := sample{allocated: allocs - prevAllocs, live: live, heap: heap, elapsed: now.Sub(prev)}
+			if p.cfg.RSSCeiling > 0 && p.busy(s) {
+				if v, err := procfs.RSS(os.Getpid()); err == nil {
+					s.rss = uint64(v)
+				}
+			}
+			a := p.step(s)
 			prevAllocs, prev = allocs, now
 			if a.setPercent == 0 {
 				continue

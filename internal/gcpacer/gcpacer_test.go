@@ -11,7 +11,7 @@ import (
 const mib = 1 << 20
 
 func TestStep(t *testing.T) {
-	cfg := Config{BasePercent: 50, Headroom: 256 * mib, CalmSamples: 3}
+	cfg := Config{BasePercent: 50, BurstHeap: 356 * mib, CalmSamples: 3}
 	// At 100 MiB live and GOGC 50, a GC starts every 50 MiB: busy means
 	// more than 50 MiB per 2 s, i.e. more than 6.25 MiB per 250 ms sample.
 	idle := sample{allocated: 1 * mib, live: 100 * mib, heap: 165 * mib, elapsed: 250 * time.Millisecond}
@@ -30,7 +30,7 @@ func TestStep(t *testing.T) {
 		{"just under the busy rate", cfg,
 			[]sample{{allocated: 6 * mib, live: 100 * mib, elapsed: 250 * time.Millisecond}},
 			[]action{{}}},
-		{"a burst raises the percent to live+headroom, calm samples end it", cfg,
+		{"a burst raises the percent to reach BurstHeap, calm samples end it", cfg,
 			[]sample{fast, fast, idle, idle, idle, idle},
 			[]action{{setPercent: 256}, {}, {}, {}, {setPercent: 50}, {}}},
 		{"a burst that grew the heap past the base goal and its slack ends in a collection", cfg,
@@ -40,15 +40,27 @@ func TestStep(t *testing.T) {
 			[]sample{fast, idle, idle, fast, idle, idle, idle},
 			[]action{{setPercent: 256}, {}, {}, {}, {}, {}, {setPercent: 50}}},
 		{"the percent follows a live heap that grows by more than a tenth", cfg,
-			[]sample{fast, {allocated: 40 * mib, live: 110 * mib, elapsed: 250 * time.Millisecond},
+			[]sample{fast, {allocated: 40 * mib, live: 105 * mib, elapsed: 250 * time.Millisecond},
 				{allocated: 40 * mib, live: 128 * mib, elapsed: 250 * time.Millisecond}},
-			[]action{{setPercent: 256}, {}, {setPercent: 200}}},
+			[]action{{setPercent: 256}, {}, {setPercent: 178}}},
 		{"a small live heap is capped at MaxPercent", cfg,
 			[]sample{{allocated: 30 * mib, live: 20 * mib, elapsed: 250 * time.Millisecond}},
 			[]action{{setPercent: DefaultMaxPercent}}},
-		{"headroom below the base runway keeps the base percent", Config{BasePercent: 50, Headroom: 10 * mib},
+		{"a ceiling below the base goal keeps the base percent", Config{BasePercent: 50, BurstHeap: 140 * mib},
 			[]sample{fast, fast},
 			[]action{{}, {}}},
+		{"the RSS ceiling leaves room for 50 MiB more heap", Config{BasePercent: 50, BurstHeap: 356 * mib, RSSCeiling: 500 * mib},
+			[]sample{{allocated: 30 * mib, live: 100 * mib, heap: 150 * mib, rss: 450 * mib, elapsed: 250 * time.Millisecond}},
+			[]action{{setPercent: 100}}},
+		{"a process at the RSS ceiling keeps the base percent", Config{BasePercent: 50, BurstHeap: 356 * mib, RSSCeiling: 500 * mib},
+			[]sample{{allocated: 30 * mib, live: 100 * mib, heap: 150 * mib, rss: 520 * mib, elapsed: 250 * time.Millisecond}},
+			[]action{{}}},
+		{"RSS unknown: BurstHeap alone", Config{BasePercent: 50, BurstHeap: 356 * mib, RSSCeiling: 500 * mib},
+			[]sample{fast},
+			[]action{{setPercent: 256}}},
+		{"a live heap above the ceiling keeps the base percent", cfg,
+			[]sample{{allocated: 400 * mib, live: 400 * mib, elapsed: 250 * time.Millisecond}},
+			[]action{{}}},
 		{"a slow tick is judged by its rate, not its bytes", cfg,
 			[]sample{{allocated: 30 * mib, live: 100 * mib, elapsed: 5 * time.Second}},
 			[]action{{}}},
@@ -78,7 +90,7 @@ func TestRunFollowsAllocation(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Run(ctx, Config{BasePercent: base, Headroom: 1 << 40, Interval: 20 * time.Millisecond, CalmSamples: 5})
+		Run(ctx, Config{BasePercent: base, BurstHeap: 1 << 40, Interval: 20 * time.Millisecond, CalmSamples: 5})
 	}()
 	defer func() { cancel(); <-done }()
 
@@ -122,7 +134,7 @@ func TestRunFollowsAllocation(t *testing.T) {
 }
 
 func TestRunOff(t *testing.T) {
-	for _, cfg := range []Config{{BasePercent: 50}, {Headroom: mib}} {
+	for _, cfg := range []Config{{BasePercent: 50}, {BurstHeap: mib}} {
 		done := make(chan struct{})
 		go func() { Run(context.Background(), cfg); close(done) }()
 		select {

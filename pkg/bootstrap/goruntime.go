@@ -18,11 +18,15 @@ const (
 	// holds RSS ~35 MiB under Go's default of 100 with no start-up cost
 	// (docs/PERFORMANCE.md); the small profile uses 25.
 	defaultGCPercent = 50
-	// defaultBurstHeadroom is how far the heap may grow above the live heap
-	// during an allocation burst (internal/gcpacer): at GOGC=50 a burst of
-	// creates ran a GC cycle every ~0.3 s, and each one stalled the watch
-	// events in flight (docs/PERFORMANCE.md).
-	defaultBurstHeadroom = 256 << 20
+	// defaultBurstHeap is the heap an allocation burst may grow to
+	// (internal/gcpacer): at GOGC=50 a burst of creates ran a GC cycle every
+	// ~0.3 s, and each one stalled the watch events in flight
+	// (docs/PERFORMANCE.md). ~3.5 times the idle live heap (~100 MiB).
+	defaultBurstHeap = 384 << 20
+	// defaultBurstRSSCeiling stops that growth below the 600 MiB the default
+	// profile may use under load (docs/reliability/load.md): on embedded etcd
+	// a long churn alone reaches ~600 MiB, and then bursts get no more heap.
+	defaultBurstRSSCeiling = 560 << 20
 	// minMemoryLimit keeps the soft limit well above the process's natural
 	// size (~170-200 MiB of heap): a limit below it makes the GC run non-stop.
 	minMemoryLimit = 512 << 20

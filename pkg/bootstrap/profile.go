@@ -31,10 +31,11 @@ type profile struct {
 	Name string
 	// GCPercent is GOGC unless the environment sets it.
 	GCPercent int
-	// BurstHeadroom is how far above the live heap the heap may grow while
-	// the server allocates fast (internal/gcpacer); the GC percent returns to
-	// GCPercent when the burst is over.
-	BurstHeadroom uint64
+	// BurstHeap is the heap goal the GC may allow while the server allocates
+	// fast, and BurstRSSCeiling the resident memory that growth stops at
+	// (internal/gcpacer); the GC percent returns to GCPercent when the burst
+	// is over.
+	BurstHeap, BurstRSSCeiling uint64
 	// Chain tunes the API server.
 	Chain chain.Tuning
 	// ControllerWorkers caps the controller-manager's concurrent syncs per
@@ -56,9 +57,11 @@ func profileSettings(name string) profile {
 			// 25 instead of 50: another ~15 MiB off the idle heap for ~0.4 s
 			// of start-up.
 			GCPercent: 25,
-			// A quarter of the default's: bursts on a 1 GB board stay well
-			// inside its memory.
-			BurstHeadroom: 64 << 20,
+			// Twice the idle live heap (~75 MiB), and never past 360 MiB:
+			// under the 400 MiB the small profile may use under load
+			// (docs/reliability/load.md).
+			BurstHeap:       160 << 20,
+			BurstRSSCeiling: 360 << 20,
 			Chain: chain.Tuning{
 				// kubectl since 1.27 reads OpenAPI v3 for apply, explain and
 				// validation; the v2 document is ~25 MiB of heap.
@@ -76,7 +79,7 @@ func profileSettings(name string) profile {
 			MaxConnections:    smallMaxConnections,
 		}
 	default:
-		return profile{Name: ProfileDefault, GCPercent: defaultGCPercent, BurstHeadroom: defaultBurstHeadroom, MaxConnections: defaultMaxConnections}
+		return profile{Name: ProfileDefault, GCPercent: defaultGCPercent, BurstHeap: defaultBurstHeap, BurstRSSCeiling: defaultBurstRSSCeiling, MaxConnections: defaultMaxConnections}
 	}
 }
 

@@ -45,8 +45,12 @@ func TestProfileSettings(t *testing.T) {
 	if small.GCPercent >= def.GCPercent || !small.Chain.DisableOpenAPIV2 || small.ControllerWorkers == 0 || !small.LeanControllers {
 		t.Errorf("small profile does not trim: %+v", small)
 	}
-	if def.BurstHeadroom == 0 || small.BurstHeadroom == 0 || small.BurstHeadroom >= def.BurstHeadroom {
-		t.Errorf("burst headroom: default %d, small %d; want both set, small's lower", def.BurstHeadroom, small.BurstHeadroom)
+	if def.BurstHeap == 0 || small.BurstHeap == 0 || small.BurstHeap >= def.BurstHeap {
+		t.Errorf("burst heap: default %d, small %d; want both set, small's lower", def.BurstHeap, small.BurstHeap)
+	}
+	// The ceilings stay under the RSS budgets of test/e2e's load_test.go (600 and 400 MiB).
+	if def.BurstRSSCeiling == 0 || def.BurstRSSCeiling >= 600<<20 || small.BurstRSSCeiling == 0 || small.BurstRSSCeiling >= 400<<20 {
+		t.Errorf("burst RSS ceilings: default %d, small %d", def.BurstRSSCeiling, small.BurstRSSCeiling)
 	}
 	if small.Chain.MaxRequestsInFlight <= 0 || small.Chain.MaxMutatingRequestsInFlight <= 0 || small.Chain.EventTTL <= 0 {
 		t.Errorf("small profile limits unset: %+v", small.Chain)

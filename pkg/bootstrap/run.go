@@ -36,7 +36,9 @@ func Run(ctx context.Context, o CompletedOptions) error {
 		return err
 	}
 	s.notifyReady(ctx)
-	go afterStartup(ctx, startupPagesDelay, gcpacer.Config{BasePercent: gcPercent, Headroom: o.Profile.BurstHeadroom})
+	go afterStartup(ctx, startupPagesDelay, gcpacer.Config{
+		BasePercent: gcPercent, BurstHeap: o.Profile.BurstHeap, RSSCeiling: o.Profile.BurstRSSCeiling,
+	})
 	return s.wait(ctx)
 }
 
