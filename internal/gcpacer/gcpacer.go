@@ -87,6 +87,7 @@ type sample struct {
 type action struct {
 	setPercent int  // the GC percent to set; 0: leave it
 	collect    bool // collect now and return the freed memory to the host
+	atCeiling  bool // back to the base percent while still busy: no room left
 }
 
 // pacer decides; Run reads the metrics and applies its actions.
@@ -142,7 +143,7 @@ func (p *pacer) step(s sample) action {
 		// Follow the live heap as it grows, but not every small change.
 		if want != p.percent && (!p.bursting() || abs(want-p.percent)*10 > p.percent) {
 			p.percent = want
-			return action{setPercent: want}
+			return action{setPercent: want, atCeiling: want == p.cfg.BasePercent}
 		}
 		return action{}
 	}
@@ -227,7 +228,11 @@ func Run(ctx context.Context, cfg Config) {
 			if a.collect {
 				debug.FreeOSMemory() // a full collection, then the freed pages go back
 			}
-			if !p.bursting() {
+			switch {
+			case a.atCeiling:
+				logger.V(2).Info("GC percent back to base during an allocation burst: no room below the ceilings",
+					"burst", time.Since(burstStart).Round(time.Millisecond), "heapMiB", heap>>20, "rssMiB", s.rss>>20)
+			case !p.bursting():
 				logger.V(2).Info("Allocation burst over: GC percent back to base",
 					"burst", time.Since(burstStart).Round(time.Millisecond), "burstGCPercent", peak,
 					"gcPercent", a.setPercent, "heapMiB", heap>>20, "liveHeapMiB", live>>20, "collected", a.collect)
