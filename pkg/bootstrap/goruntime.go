@@ -63,17 +63,21 @@ func goRuntimeSettings(gogcSet, limitSet bool, profileGCPercent int, hostMemory 
 	return gcPercent, limit
 }
 
-// afterStartup waits delay (or shutdown), releases the binary's start-up
-// pages, then paces the GC through allocation bursts until shutdown
-// (gcpacer; off when the user set GOGC: pacer.BasePercent is then 0).
-func afterStartup(ctx context.Context, delay time.Duration, pacer gcpacer.Config) {
+// paceGC runs the GC pacer (internal/gcpacer) until shutdown; it is off when
+// the user set GOGC (pacer.BasePercent is then 0).
+func paceGC(ctx context.Context, pacer gcpacer.Config) {
+	gcpacer.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("gc-pacer")), pacer)
+}
+
+// releaseStartupPagesAfter waits delay (or shutdown), then releases the
+// binary's start-up pages.
+func releaseStartupPagesAfter(ctx context.Context, delay time.Duration) {
 	select {
 	case <-ctx.Done():
 		return
 	case <-time.After(delay):
 	}
 	releaseStartupPagesNow(klog.FromContext(ctx).V(1))
-	gcpacer.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("gc-pacer")), pacer)
 }
 
 // releaseStartupPagesNow releases the binary's pages that only start-up used

@@ -36,9 +36,10 @@ func Run(ctx context.Context, o CompletedOptions) error {
 		return err
 	}
 	s.notifyReady(ctx)
-	go afterStartup(ctx, startupPagesDelay, gcpacer.Config{
+	go paceGC(ctx, gcpacer.Config{
 		BasePercent: gcPercent, BurstHeap: o.Profile.BurstHeap, RSSCeiling: o.Profile.BurstRSSCeiling,
 	})
+	go releaseStartupPagesAfter(ctx, startupPagesDelay)
 	return s.wait(ctx)
 }
 
