@@ -70,21 +70,17 @@ func paceGC(ctx context.Context, pacer gcpacer.Config) {
 }
 
 // releaseStartupPagesAfter waits delay (or shutdown), then releases the
-// binary's start-up pages.
+// binary's pages that only start-up used (releaseStartupPages): the
+// ~110-140 MiB of the binary that start-up maps shrinks to the ~50-80 MiB the
+// running control plane touches again (docs/PERFORMANCE.md).
 func releaseStartupPagesAfter(ctx context.Context, delay time.Duration) {
+	logger := klog.FromContext(ctx)
 	select {
 	case <-ctx.Done():
 		return
 	case <-time.After(delay):
 	}
-	releaseStartupPagesNow(klog.FromContext(ctx).V(1))
-}
-
-// releaseStartupPagesNow releases the binary's pages that only start-up used
-// (releaseStartupPages): the ~110-140 MiB of the binary that start-up maps
-// shrinks to the ~50-80 MiB the running control plane touches again
-// (docs/PERFORMANCE.md).
-func releaseStartupPagesNow(logger klog.Logger) {
+	logger = logger.V(1)
 	var before int64
 	if logger.Enabled() { // /proc is read only for the log line
 		before, _ = procfs.StatusBytes(os.Getpid(), "RssFile")
