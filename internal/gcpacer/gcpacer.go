@@ -4,8 +4,9 @@
 //
 // A low GC percent keeps an idle control plane small, but under a burst it
 // makes the collector run every few hundred milliseconds; each cycle's mark
-// phase slows every goroutine that allocates (mark assists), which shows as
-// a tail in request and watch latency. docs/PERFORMANCE.md has the figures.
+// phase takes a share of the CPU and slows the goroutines that allocate,
+// which shows as a tail in request and watch latency. docs/PERFORMANCE.md has
+// the figures.
 package gcpacer
 
 import (
@@ -24,7 +25,7 @@ import (
 const (
 	// DefaultInterval is short because a burst must be seen before its
 	// first GC cycle: at GOGC=50 that comes after ~50 MB, 0.3 s of a burst
-	// of creates. A sample is one read of two runtime metrics.
+	// of creates. A sample is one read of five runtime metrics (~0.6 us).
 	DefaultInterval       = 50 * time.Millisecond
 	DefaultBusyGCInterval = 2 * time.Second
 	DefaultCalmSamples    = 40
@@ -43,8 +44,8 @@ type Config struct {
 	BurstHeap uint64
 	// RSSCeiling, when set, bounds the burst further: the heap may grow only
 	// by what the process's resident memory (heap, stacks, the binary's and
-	// the datastore's mapped pages) may still grow below it. A process at
-	// the ceiling gets the base percent.
+	// the datastore's mapped pages) may still grow below it. At the ceiling
+	// the heap stops growing, down to the base percent.
 	RSSCeiling uint64
 	// MaxPercent caps the burst's GC percent (0: DefaultMaxPercent).
 	MaxPercent int
