@@ -141,8 +141,9 @@ func (p *pacer) step(s sample) action {
 	if p.busy(s) {
 		p.calm = 0
 		want := p.burstPercent(s)
-		// Follow the live heap as it grows, but not every small change.
-		if want != p.percent && (!p.bursting() || abs(want-p.percent)*10 > p.percent) {
+		// Follow the live heap, but not every small rise; a fall (the
+		// ceilings leave less room) is taken at once.
+		if want < p.percent || (want > p.percent && (!p.bursting() || (want-p.percent)*10 > p.percent)) {
 			p.percent = want
 			return action{setPercent: want, atCeiling: want == p.cfg.BasePercent}
 		}
@@ -163,13 +164,6 @@ func (p *pacer) step(s sample) action {
 	// and returned now.
 	goal := s.live + s.live*uint64(p.cfg.BasePercent)/100
 	return action{setPercent: p.cfg.BasePercent, collect: s.heap > goal+goal/10}
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 // Run samples the allocation rate every Interval and sets the GC percent

@@ -57,11 +57,11 @@ func profileSettings(name string) profile {
 			// 25 instead of 50: another ~15 MiB off the idle heap for ~0.4 s
 			// of start-up.
 			GCPercent: 25,
-			// Twice the idle live heap (~75 MiB), and never past 360 MiB:
+			// Twice the idle live heap (~75 MiB), and never past 320 MiB:
 			// under the 400 MiB the small profile may use under load
 			// (docs/reliability/load.md).
 			BurstHeap:       160 << 20,
-			BurstRSSCeiling: 360 << 20,
+			BurstRSSCeiling: 320 << 20,
 			Chain: chain.Tuning{
 				// kubectl since 1.27 reads OpenAPI v3 for apply, explain and
 				// validation; the v2 document is ~25 MiB of heap.
