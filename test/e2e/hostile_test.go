@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 // hostileRSSBudgetMiB bounds the server's RSS through every attack: the
@@ -32,10 +34,10 @@ func TestHostile(t *testing.T) {
 		t.Skip("runs the real binary")
 	}
 	s := startServer(t, t.TempDir(), "--profile=default")
-	rss := loadSampleRSS(s.cmd.Process.Pid, 200*time.Millisecond)
-	before := rss.current()
+	rss := procfs.RSSSampler(s.cmd.Process.Pid, 200*time.Millisecond)
+	before := rss.Current()
 	t.Cleanup(func() {
-		peak, last := rss.stop()
+		peak, last := rss.Stop()
 		t.Logf("server RSS over the hostile-input test: before %d MiB, peak %d MiB, end %d MiB (bound %d MiB)",
 			before>>20, peak>>20, last>>20, hostileRSSBudgetMiB)
 	})
@@ -266,10 +268,10 @@ func hostileStalledBody(t *testing.T, s *server, admin bool, wait time.Duration)
 
 // hostileAfter is the check after every attack: alive, /readyz 200, a
 // create and get work, RSS under the bound.
-func hostileAfter(t *testing.T, s *server, rss *loadRSS) {
+func hostileAfter(t *testing.T, s *server, rss *procfs.Sampler) {
 	t.Helper()
 	loadAssertHealthy(t, s)
-	if peak := rss.peak(); peak>>20 >= int64(hostileRSSBudgetMiB) {
+	if peak := rss.Peak(); peak>>20 >= int64(hostileRSSBudgetMiB) {
 		t.Errorf("server RSS peaked at %d MiB, bound %d MiB", peak>>20, hostileRSSBudgetMiB)
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 // hostileConn is one attacking connection and when the server closed it.
@@ -31,7 +33,7 @@ type hostileConn struct {
 // full form, idle HTTP/2 after the preface. A normal admin client on fresh
 // connections must be served meanwhile; the server must close every one of
 // them by itself and give back its file descriptors.
-func hostileConnections(t *testing.T, s *server, rss *loadRSS) {
+func hostileConnections(t *testing.T, s *server, rss *procfs.Sampler) {
 	t.Run("slow headers and idle connections", func(t *testing.T) {
 		sizes := []struct {
 			kind  string
@@ -71,7 +73,7 @@ func hostileConnections(t *testing.T, s *server, rss *loadRSS) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fdsBefore, rssBefore := hostileFDs(pid), rss.current()
+		fdsBefore, rssBefore := hostileFDs(pid), rss.Current()
 		ctx, cancel := context.WithCancel(context.Background())
 		var conns []*hostileConn
 		defer func() {
@@ -110,7 +112,7 @@ func hostileConnections(t *testing.T, s *server, rss *loadRSS) {
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
-		rssDuring := rss.peak()
+		rssDuring := rss.Peak()
 		slices.Sort(lat)
 		p := func(q float64) time.Duration {
 			return lat[min(len(lat)-1, int(q*float64(len(lat))))].Round(time.Millisecond)
@@ -150,7 +152,7 @@ func hostileConnections(t *testing.T, s *server, rss *loadRSS) {
 			return fdsAfter < fdsBefore+100, fmt.Errorf("%d fds, %d before", fdsAfter, fdsBefore)
 		})
 		t.Logf("server fds: before %d, peak %d, after %d; RSS: before %d MiB, peak %d MiB, after %d MiB",
-			fdsBefore, fdsPeak, fdsAfter, rssBefore>>20, rssDuring>>20, rss.current()>>20)
+			fdsBefore, fdsPeak, fdsAfter, rssBefore>>20, rssDuring>>20, rss.Current()>>20)
 		hostileAfter(t, s, rss)
 	})
 }

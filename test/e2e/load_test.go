@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -102,8 +101,8 @@ func loadBuildTool(t *testing.T) string {
 func loadRun(t *testing.T, s *server, tool string, duration time.Duration, budgetMiB int) {
 	pid := s.cmd.Process.Pid
 	jsonPath := filepath.Join(t.TempDir(), "summary.json")
-	rss := loadSampleRSS(pid, 250*time.Millisecond)
-	rssStart := rss.current()
+	rss := procfs.RSSSampler(pid, 250*time.Millisecond)
+	rssStart := rss.Current()
 
 	ctx, cancel := context.WithTimeout(context.Background(), duration+3*time.Minute)
 	defer cancel()
@@ -111,7 +110,7 @@ func loadRun(t *testing.T, s *server, tool string, duration time.Duration, budge
 		"--duration", duration.String(), "--namespace", "load", "--server-pid", strconv.Itoa(pid),
 		"--rss-budget-mib", strconv.Itoa(budgetMiB), "--json", jsonPath)
 	out, runErr := cmd.CombinedOutput()
-	rssMax, rssEnd := rss.stop()
+	rssMax, rssEnd := rss.Stop()
 	t.Logf("bench/cmd/load (%s):\n%s", strings.Join(cmd.Args[1:], " "), loadWithoutJSON(string(out)))
 	t.Logf("server RSS sampled by the test: start %d MiB, max %d MiB, end %d MiB (budget %d MiB); at the end %s",
 		rssStart>>20, rssMax>>20, rssEnd>>20, budgetMiB, loadRSSParts(pid))
@@ -183,67 +182,6 @@ func loadAssertHealthy(t *testing.T, s *server) {
 	if err != nil || got.Data["k"] != "v" {
 		t.Fatalf("get after the run: %v %v", err, got)
 	}
-}
-
-// loadRSS samples a process's VmRSS in the background.
-type loadRSS struct {
-	pid       int
-	mu        sync.Mutex
-	max, last int64
-	stopCh    chan struct{}
-	done      chan struct{}
-}
-
-func loadSampleRSS(pid int, every time.Duration) *loadRSS {
-	r := &loadRSS{pid: pid, stopCh: make(chan struct{}), done: make(chan struct{})}
-	r.sample()
-	go func() {
-		defer close(r.done)
-		tk := time.NewTicker(every)
-		defer tk.Stop()
-		for {
-			select {
-			case <-r.stopCh:
-				return
-			case <-tk.C:
-				r.sample()
-			}
-		}
-	}()
-	return r
-}
-
-func (r *loadRSS) sample() {
-	v, err := procfs.RSS(r.pid)
-	if err != nil {
-		return
-	}
-	r.mu.Lock()
-	r.max, r.last = max(r.max, v), v
-	r.mu.Unlock()
-}
-
-func (r *loadRSS) current() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.last
-}
-
-// peak is the largest sample so far.
-func (r *loadRSS) peak() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.max
-}
-
-// stop ends sampling and returns the peak and the last sample.
-func (r *loadRSS) stop() (int64, int64) {
-	close(r.stopCh)
-	<-r.done
-	r.sample()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.max, r.last
 }
 
 // loadRSSParts is the anonymous/file/shmem split of the RSS (file-backed

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -204,34 +203,5 @@ func TestWatchStalls(t *testing.T) {
 				t.Errorf("stalls = %d runs, longest %d; want %d, %d", runs, longest, tc.runs, tc.longest)
 			}
 		})
-	}
-}
-
-func TestSamplePeak(t *testing.T) {
-	var mu sync.Mutex
-	values := []int64{5, 9, 3, 7}
-	read := func() int64 {
-		mu.Lock()
-		defer mu.Unlock()
-		v := values[0]
-		if len(values) > 1 {
-			values = values[1:]
-		}
-		return v
-	}
-	var peak int64
-	stop := samplePeak(read, time.Millisecond, &peak)
-	for {
-		mu.Lock()
-		n := len(values)
-		mu.Unlock()
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	stop()
-	if peak != 9 {
-		t.Fatalf("peak %d, want 9", peak)
 	}
 }

@@ -156,7 +156,7 @@ func configMap(name string) *corev1.ConfigMap {
 // runLoad creates n ConfigMaps with the given number of concurrent clients
 // while a watcher records their events, lists them, then writes paced
 // ConfigMaps one at a time to measure watch delivery at rest.
-func runLoad(ctx context.Context, base *rest.Config, cpu func() time.Duration, rss func() int64, n, clients, paced int) (loadResult, error) {
+func runLoad(ctx context.Context, base *rest.Config, cpu func() time.Duration, rss func() (int64, error), n, clients, paced int) (loadResult, error) {
 	res := loadResult{Creates: n, Clients: clients, WatchPaced: paced}
 	admin, err := newClientset(base)
 	if err != nil {
@@ -199,7 +199,7 @@ func runLoad(ctx context.Context, base *rest.Config, cpu func() time.Duration, r
 	var wg sync.WaitGroup
 	res.Load1 = procfs.LoadAvg()
 	cpu0 := cpu()
-	stopRSS := samplePeak(rss, 50*time.Millisecond, &res.PeakRSS)
+	rssSampler := procfs.NewSampler(rss, 50*time.Millisecond)
 	t0 := time.Now()
 	for _, cs := range css {
 		wg.Go(func() {
@@ -218,7 +218,7 @@ func runLoad(ctx context.Context, base *rest.Config, cpu func() time.Duration, r
 	close(jobs)
 	wg.Wait()
 	res.CreateTime = time.Since(t0)
-	stopRSS()
+	res.PeakRSS, _ = rssSampler.Stop()
 	res.CPUPerCreate = (cpu() - cpu0) / time.Duration(n)
 	res.CreatesPerS = float64(n) / res.CreateTime.Seconds()
 	var ok []time.Duration
@@ -319,27 +319,6 @@ func runLoad(ctx context.Context, base *rest.Config, cpu func() time.Duration, r
 }
 
 // percentile is the nearest-rank p-th percentile.
-// samplePeak calls read every interval (and once at once) and keeps the
-// highest value in *peak until the returned stop is called.
-func samplePeak(read func() int64, interval time.Duration, peak *int64) (stop func()) {
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			*peak = max(*peak, read())
-			select {
-			case <-done:
-				*peak = max(*peak, read())
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
-}
-
 func percentile(d []time.Duration, p float64) time.Duration {
 	if len(d) == 0 {
 		return 0

@@ -243,14 +243,14 @@ func (in *instance) cpu() time.Duration {
 // rss is the instance's processes' RSS summed, from /proc/<pid>/status (cheap
 // enough to sample often, unlike smaps_rollup); a process it cannot read
 // counts 0.
-func (in *instance) rss() int64 {
+func (in *instance) rss() (int64, error) {
 	var sum int64
 	for _, pid := range in.pids() {
 		if v, err := procfs.RSS(pid); err == nil {
 			sum += v
 		}
 	}
-	return sum
+	return sum, nil
 }
 
 // dirSize is the disk space used by the files under dir.
