@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
@@ -113,6 +114,13 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: create server chain: %w", err)
 	}
+	// Before PrepareRun, where the aggregator reads the delegates' OpenAPI.
+	kubeAPIServer, ok := aggregator.GenericAPIServer.NextDelegate().(*genericapiserver.GenericAPIServer)
+	if !ok {
+		return nil, nil, fmt.Errorf("chain: the aggregator's delegate is a %T, not the kube-apiserver", aggregator.GenericAPIServer.NextDelegate())
+	}
+	generic := config.KubeAPIs.ControlPlane.Generic
+	installOpenAPI(kubeAPIServer, generic.OpenAPIConfig, generic.OpenAPIV3Config)
 	// The aggregator is outermost: its /readyz speaks for the whole chain.
 	if err := aggregator.GenericAPIServer.AddReadyzChecks(c.ReadyzChecks...); err != nil {
 		return nil, nil, fmt.Errorf("chain: readyz checks: %w", err)

@@ -54,5 +54,7 @@ func tune(config *app.Config, c *Config) {
 	generic.DisabledPostStartHooks.Insert(disabledHooks(c)...)
 	// edgeplane's own hooks do their work (bootstraphooks.go).
 	generic.DisabledPostStartHooks.Insert(replacedHooks...)
+	// build installs the kube-apiserver's OpenAPI itself, v3 lazily (openapiv3.go).
+	generic.SkipOpenAPIInstallation = true
 	applyTuningConfig(config, c.Tuning)
 }

@@ -429,6 +429,14 @@ func testKubectl(t *testing.T, s *server) {
 	if err != nil || out != "blue" {
 		t.Fatalf("kubectl get gadget: %v %q", err, out)
 	}
+	// The kube-apiserver's OpenAPI is installed by pkg/chain, v3 built on
+	// request: explain reads v3; the default profile still serves v2.
+	if out, err := s.kubectl("explain", "deployment.spec.replicas"); err != nil || !strings.Contains(out, "FIELD: replicas <integer>") {
+		t.Fatalf("kubectl explain: %v\n%s", err, out)
+	}
+	if out, err := s.kubectl("get", "--raw", "/openapi/v2"); err != nil || !strings.Contains(out, `"io.k8s.api.apps.v1.Deployment"`) || !strings.Contains(out, `"/apis/apps/v1/namespaces/{namespace}/deployments"`) {
+		t.Fatalf("GET /openapi/v2 lacks the Deployment: %v\n%.300s", err, out)
+	}
 }
 
 type kubectlError struct{ out string }

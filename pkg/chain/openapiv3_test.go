@@ -1,0 +1,139 @@
+package chain
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	restful "github.com/emicklei/go-restful/v3"
+	"k8s.io/apiserver/pkg/server/mux"
+	"k8s.io/apiserver/pkg/server/routes"
+	openapicommon "k8s.io/kube-openapi/pkg/common"
+	"k8s.io/kube-openapi/pkg/handler3"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+)
+
+// Widget is the type the test group-versions serve.
+type Widget struct {
+	Name string `json:"name"`
+}
+
+const widgetName = "github.com/edgeplane/edgeplane/pkg/chain.Widget"
+
+// widgetConfig is a fresh OpenAPI v3 config for the test routes: builder3
+// fills in a config on first use, so the two servers compared get one each.
+func widgetConfig() *openapicommon.OpenAPIV3Config {
+	return &openapicommon.OpenAPIV3Config{
+		Info: &spec.Info{InfoProps: spec.InfoProps{Title: "widgets", Version: "v0"}},
+		GetDefinitions: func(openapicommon.ReferenceCallback) map[string]openapicommon.OpenAPIDefinition {
+			return map[string]openapicommon.OpenAPIDefinition{widgetName: {Schema: spec.Schema{SchemaProps: spec.SchemaProps{
+				Type:       []string{"object"},
+				Properties: map[string]spec.Schema{"name": {SchemaProps: spec.SchemaProps{Type: []string{"string"}}}},
+			}}}}
+		},
+	}
+}
+
+func widgetService(root string) *restful.WebService {
+	ws := new(restful.WebService).Path(root).Produces(restful.MIME_JSON)
+	noop := func(*restful.Request, *restful.Response) {}
+	ws.Route(ws.GET("/widgets").To(noop).Operation("list"+root).Writes(Widget{}).Returns(http.StatusOK, "OK", Widget{}))
+	ws.Route(ws.POST("/widgets").To(noop).Operation("create"+root).Reads(Widget{}).Returns(http.StatusCreated, "Created", Widget{}))
+	return ws
+}
+
+type answer struct {
+	code     int
+	etag     string
+	location string
+	body     string
+}
+
+func call(t *testing.T, h http.Handler, path, accept string) answer {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	if accept != "" {
+		r.Header.Set("Accept", accept)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	body, _ := io.ReadAll(w.Result().Body)
+	return answer{code: w.Code, etag: w.Header().Get("Etag"), location: w.Header().Get("Location"), body: string(body)}
+}
+
+// TestLazyOpenAPIV3 serves the same routes through upstream's eager handler
+// and the lazy one: the discovery and every document, JSON and protobuf, must
+// be the same bytes, and a built document must be let go after keep.
+func TestLazyOpenAPIV3(t *testing.T) {
+	roots := []string{"/api/v1", "/apis/widgets.example.com/v1", "/apis/widgets.example.com/v2"}
+	container := restful.NewContainer()
+	var services []*restful.WebService
+	for _, root := range roots {
+		ws := widgetService(root)
+		container.Add(ws)
+		services = append(services, ws)
+	}
+	upstream := mux.NewPathRecorderMux("upstream")
+	routes.OpenAPI{V3Config: widgetConfig()}.InstallV3(container, upstream)
+	lazy := newLazyOpenAPIV3(widgetConfig(), services, 100*time.Millisecond)
+	ours := mux.NewPathRecorderMux("lazy")
+	lazy.install(ours)
+
+	want, got := call(t, upstream, "/openapi/v3", ""), call(t, ours, "/openapi/v3", "")
+	if got.code != http.StatusOK || got.body != want.body {
+		t.Fatalf("discovery: got %d %s, want %d %s", got.code, got.body, want.code, want.body)
+	}
+	var discovery handler3.OpenAPIV3Discovery
+	if err := json.Unmarshal([]byte(got.body), &discovery); err != nil {
+		t.Fatal(err)
+	}
+	if len(discovery.Paths) != len(roots) {
+		t.Fatalf("discovery lists %d group-versions, want %d: %s", len(discovery.Paths), len(roots), got.body)
+	}
+	if n := len(lazy.recent); n != 0 {
+		t.Errorf("%d documents kept after computing the discovery, want none", n)
+	}
+
+	for gv, entry := range discovery.Paths {
+		for _, accept := range []string{"", "application/json", "application/com.github.proto-openapi.spec.v3.v1.0+protobuf"} {
+			want, got := call(t, upstream, entry.ServerRelativeURL, accept), call(t, ours, entry.ServerRelativeURL, accept)
+			if got.code != http.StatusOK || got.body != want.body || got.etag != want.etag {
+				t.Errorf("%s (Accept %q): got %d etag %s, %d bytes; upstream %d etag %s, %d bytes", gv, accept, got.code, got.etag, len(got.body), want.code, want.etag, len(want.body))
+			}
+			if accept == "" && !strings.Contains(got.body, `"chain.Widget"`) {
+				t.Errorf("%s: the document has no Widget schema: %s", gv, got.body)
+			}
+		}
+		stale := call(t, ours, "/openapi/v3/"+gv+"?hash=0", "")
+		if stale.code != http.StatusMovedPermanently || stale.location != entry.ServerRelativeURL {
+			t.Errorf("%s with a stale hash: %d to %q, want 301 to %q", gv, stale.code, stale.location, entry.ServerRelativeURL)
+		}
+	}
+	if got := call(t, ours, "/openapi/v3/apis/nothing.example.com/v1", ""); got.code != http.StatusNotFound {
+		t.Errorf("unknown group-version: %d, want 404", got.code)
+	}
+
+	lazy.mu.Lock()
+	kept := len(lazy.recent)
+	lazy.mu.Unlock()
+	if kept != len(roots) {
+		t.Errorf("%d documents kept right after their requests, want %d", kept, len(roots))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		lazy.mu.Lock()
+		kept = len(lazy.recent)
+		lazy.mu.Unlock()
+		if kept == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d documents still kept 10 s after their last request, keep is 100 ms", kept)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
