@@ -107,8 +107,10 @@ func (l *lazyOpenAPIV3) discoveryBody() ([]byte, error) {
 			}
 			entry, ok := one.Paths[gv]
 			if !ok {
-				l.discovery.err = fmt.Errorf("OpenAPI v3 of %s: not in its own discovery", gv)
-				return
+				// Its document failed to build (InstallV3 logged why):
+				// left out, as upstream leaves it out.
+				delete(l.byGV, gv)
+				continue
 			}
 			merged.Paths[gv] = entry
 		}
@@ -129,6 +131,12 @@ func (l *lazyOpenAPIV3) serveDiscovery(w http.ResponseWriter, r *http.Request) {
 }
 
 func (l *lazyOpenAPIV3) serveGroupVersion(w http.ResponseWriter, r *http.Request) {
+	// After the discovery, byGV holds only the group-versions it lists.
+	if _, err := l.discoveryBody(); err != nil {
+		klog.FromContext(r.Context()).Error(err, "Serving an OpenAPI v3 document")
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
 	gv := strings.TrimPrefix(r.URL.Path, "/openapi/v3/")
 	if _, ok := l.byGV[gv]; !ok {
 		http.NotFound(w, r)

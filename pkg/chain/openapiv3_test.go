@@ -77,6 +77,12 @@ func TestLazyOpenAPIV3(t *testing.T) {
 		container.Add(ws)
 		services = append(services, ws)
 	}
+	// A group-version whose document cannot be built (a type without a
+	// definition): upstream logs it and leaves it out of the discovery.
+	broken := new(restful.WebService).Path("/apis/broken.example.com/v1")
+	broken.Route(broken.GET("/gadgets").To(func(*restful.Request, *restful.Response) {}).Operation("listGadgets").Writes(struct{ Undefined int }{}))
+	container.Add(broken)
+	services = append(services, broken)
 	upstream := mux.NewPathRecorderMux("upstream")
 	routes.OpenAPI{V3Config: widgetConfig()}.InstallV3(container, upstream)
 	lazy := newLazyOpenAPIV3(widgetConfig(), services, 100*time.Millisecond)
@@ -113,8 +119,10 @@ func TestLazyOpenAPIV3(t *testing.T) {
 			t.Errorf("%s with a stale hash: %d to %q, want 301 to %q", gv, stale.code, stale.location, entry.ServerRelativeURL)
 		}
 	}
-	if got := call(t, ours, "/openapi/v3/apis/nothing.example.com/v1", ""); got.code != http.StatusNotFound {
-		t.Errorf("unknown group-version: %d, want 404", got.code)
+	for _, gv := range []string{"apis/nothing.example.com/v1", "apis/broken.example.com/v1"} {
+		if got := call(t, ours, "/openapi/v3/"+gv, ""); got.code != http.StatusNotFound {
+			t.Errorf("%s: %d, want 404", gv, got.code)
+		}
 	}
 
 	lazy.mu.Lock()
