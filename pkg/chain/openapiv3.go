@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -100,8 +101,8 @@ func (l *lazyOpenAPIV3) discoveryBody() ([]byte, error) {
 		sort.Strings(gvs)
 		merged := handler3.OpenAPIV3Discovery{Paths: make(map[string]handler3.OpenAPIV3DiscoveryGroupVersion, len(gvs))}
 		for _, gv := range gvs {
-			var one handler3.OpenAPIV3Discovery
-			if err := get(l.buildGroupVersion(gv).HandleDiscovery, "/openapi/v3", &one); err != nil {
+			one, err := discoveryOf(l.buildGroupVersion(gv))
+			if err != nil {
 				l.discovery.err = fmt.Errorf("OpenAPI v3 of %s: %w", gv, err)
 				return
 			}
@@ -174,21 +175,19 @@ func (l *lazyOpenAPIV3) groupVersion(gv string) *handler3.OpenAPIService {
 	return service
 }
 
-// get calls an in-process handler and decodes its JSON answer.
-func get(handler http.HandlerFunc, path string, into any) error {
-	r, err := http.NewRequest(http.MethodGet, path, nil)
-	if err != nil {
-		return err
-	}
+// discoveryOf is what an upstream handler's /openapi/v3 discovery lists: its
+// group-versions' URLs, with their documents' hashes.
+func discoveryOf(service *handler3.OpenAPIService) (handler3.OpenAPIV3Discovery, error) {
+	var d handler3.OpenAPIV3Discovery
 	w := &bufferedResponse{header: http.Header{}, code: http.StatusOK}
-	handler(w, r)
+	service.HandleDiscovery(w, &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/openapi/v3"}, Header: http.Header{}})
 	if w.code != http.StatusOK {
-		return fmt.Errorf("GET %s: %d %s", path, w.code, strings.TrimSpace(w.body.String()))
+		return d, fmt.Errorf("discovery: %d %s", w.code, strings.TrimSpace(w.body.String()))
 	}
-	return json.Unmarshal(w.body.Bytes(), into)
+	return d, json.Unmarshal(w.body.Bytes(), &d)
 }
 
-// bufferedResponse is the http.ResponseWriter that get hands to a handler.
+// bufferedResponse is the http.ResponseWriter that discoveryOf hands to the handler.
 type bufferedResponse struct {
 	header http.Header
 	code   int
