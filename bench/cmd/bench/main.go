@@ -55,7 +55,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.idleSettle, "idle-settle", 60*time.Second, "time after start before the idle window opens")
 	fs.IntVar(&o.creates, "creates", 2000, "ConfigMaps to create")
 	fs.IntVar(&o.clients, "clients", 8, "concurrent clients for the creates")
-	fs.IntVar(&o.paced, "watch", 200, "paced writes for the watch latency at rest")
+	fs.IntVar(&o.paced, "watch", 500, "paced writes for the watch latency at rest")
 	fs.Var(&o.env, "env", "KEY=VALUE added to every server process's environment (repeatable), e.g. GOGC=50")
 	fs.Var(&o.edgeplaneArgs, "edgeplane-arg", "extra argument for `edgeplane server` (repeatable)")
 	fs.StringVar(&o.command, "cmd", "", "the command line to record in the results (run.sh sets it)")

@@ -275,7 +275,7 @@ func (rep *report) rows() []row {
 		{label: "peak RSS during the creates", unit: "MiB", format: "%.0f", value: load(func(l *loadResult) float64 { return mibf(l.PeakRSS) })},
 		{label: "create latency p50", unit: "ms", format: "%.1f", value: load(func(l *loadResult) float64 { return msf(l.CreateP50) })},
 		{label: "create latency p99", unit: "ms", format: "%.1f", value: load(func(l *loadResult) float64 { return msf(l.CreateP99) })},
-		{label: fmt.Sprintf("list all %d (median of 5)", o.Creates), unit: "ms", format: "%.0f", value: load(func(l *loadResult) float64 { return msf(l.ListMedian) })},
+		{label: fmt.Sprintf("list all %d (median of %d)", o.Creates, listRepeats), unit: "ms", format: "%.0f", value: load(func(l *loadResult) float64 { return msf(l.ListMedian) })},
 		{label: "watch, paced writes: response to event p50", unit: "ms", format: "%.2f", value: load(func(l *loadResult) float64 { return msf(l.WatchP50) })},
 		{label: "watch, paced writes: response to event p99", unit: "ms", format: "%.2f", value: load(func(l *loadResult) float64 { return msf(l.WatchP99) })},
 		{label: "watch, paced writes: request to event p50", unit: "ms", format: "%.2f", value: load(func(l *loadResult) float64 { return msf(l.WatchE2EP50) })},
