@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/go-logr/logr"
@@ -31,9 +32,10 @@ type etcdStore struct {
 
 // etcdRun is one Start..Stop cycle.
 type etcdRun struct {
-	e       *embed.Etcd
-	closeMu sync.Once
-	closed  chan struct{} // closed when e.Close returned
+	e        *embed.Etcd
+	closeMu  sync.Once
+	stopping atomic.Bool   // set by Stop; errors from then on are the stop's
+	closed   chan struct{} // closed when e.Close returned
 
 	failOnce sync.Once
 	failed   chan struct{} // closed on the first error from e.Err(); failErr is then set
@@ -62,6 +64,9 @@ func (s *etcdStore) Start(ctx context.Context) error {
 		return errors.New("datastore: etcd already started (or still stopping)")
 	}
 	if err := ensurePrivateDir(s.dir); err != nil {
+		return err
+	}
+	if err := s.recoverInterruptedBootstrap(lg); err != nil {
 		return err
 	}
 
@@ -97,6 +102,10 @@ func (s *etcdStore) Start(ctx context.Context) error {
 		// Err() is closed by e.Close once etcd is over.
 		for err := range e.Err() {
 			if err == nil {
+				continue
+			}
+			if run.stopping.Load() {
+				lg.V(vInfo).Info("Embedded etcd stopping", "err", err)
 				continue
 			}
 			lg.Error(err, "Embedded etcd failed")
@@ -188,6 +197,9 @@ func (s *etcdStore) Ready(ctx context.Context) error {
 	}
 	select {
 	case <-run.e.Server.ReadyNotify():
+		if err := s.markBootstrapped(); err != nil {
+			return err
+		}
 		return s.promote(ctx, run.e) // a new member of an etcd cluster (etcdcluster.go)
 	case <-run.failed:
 		return run.failErr
@@ -206,7 +218,16 @@ func (s *etcdStore) Stop(ctx context.Context) error {
 		return nil
 	}
 	run.closeMu.Do(func() {
+		run.stopping.Store(true)
 		go func() {
+			// embed.Etcd.Close waits for the client servers, which wait for
+			// the member to be ready or stopping: stop a member that never
+			// became ready first, or Close waits for ever.
+			select {
+			case <-run.e.Server.ReadyNotify():
+			default:
+				run.e.Server.HardStop()
+			}
 			run.e.Close()
 			close(run.closed)
 		}()
