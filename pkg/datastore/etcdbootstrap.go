@@ -81,33 +81,24 @@ func backendKeys(path string) (int, error) {
 	return n, err
 }
 
-// markBootstrapped records that the member has been ready once.
+// markBootstrapped records that the member has been ready once. The marker
+// is written once, not synced: losing it to a crash only makes the next
+// start look for keys again, and a member with none has nothing to lose.
 func (s *etcdStore) markBootstrapped() error {
 	path := filepath.Join(s.dir, bootstrappedMarker)
-	if _, err := os.Stat(path); err == nil {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if errors.Is(err, fs.ErrExist) {
 		return nil
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("datastore: %w", err)
 	}
 	_, err = f.WriteString("etcd member bootstrapped by edgeplane; do not remove\n")
-	if err == nil {
-		err = f.Sync()
-	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("datastore: writing %s: %w", path, err)
-	}
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return fmt.Errorf("datastore: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("datastore: syncing %s: %w", s.dir, err)
 	}
 	return nil
 }

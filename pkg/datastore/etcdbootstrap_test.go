@@ -100,16 +100,7 @@ func TestEtcdUnmarkedMemberWithKeysIsKept(t *testing.T) {
 	o := testOptions(t, TypeEtcd, dataDir)
 	const key = "/registry/test/kept"
 
-	ds, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ds.Start(ctx); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	if err := ds.Ready(ctx); err != nil {
-		t.Fatalf("Ready: %v", err)
-	}
+	ds := startReady(ctx, t, o)
 	cli := testClient(ctx, t, ds.Client())
 	if _, err := cli.Put(ctx, key, "v"); err != nil {
 		t.Fatalf("Put: %v", err)
