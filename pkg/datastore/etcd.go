@@ -127,6 +127,13 @@ func (s *etcdStore) Start(ctx context.Context) error {
 	return nil
 }
 
+// EtcdKeptFiles is how many WAL and snapshot files embedded etcd keeps. WAL
+// segments are 64 MB, preallocated: etcd's default of five kept files lets
+// member/wal reach ~384 MB on an SD card (docs/reliability/storage.md). Two
+// is enough to replay from the last snapshot, which is taken every
+// SnapshotCount writes.
+const EtcdKeptFiles = 2
+
 // config builds the embed config with fresh loopback ports.
 func (s *etcdStore) config(lg logr.Logger) (*embed.Config, error) {
 	clientPort, err := freePort()
@@ -174,11 +181,7 @@ func (s *etcdStore) config(lg logr.Logger) (*embed.Config, error) {
 	cfg.AutoCompactionMode = embed.CompactorModePeriodic
 	cfg.AutoCompactionRetention = "0" // off: the apiserver compacts
 	cfg.SnapshotCount = 10000
-	// WAL segments are 64 MB, preallocated: etcd's default of five kept
-	// files lets member/wal reach ~384 MB on an SD card
-	// (docs/reliability/storage.md). Two is enough to replay from the last
-	// snapshot, which is taken every SnapshotCount writes.
-	cfg.MaxWalFiles, cfg.MaxSnapFiles = 2, 2
+	cfg.MaxWalFiles, cfg.MaxSnapFiles = EtcdKeptFiles, EtcdKeptFiles
 	// A lone member elects itself once its randomized election timeout
 	// passes: up to a second at etcd's 100 ms tick / 1 s election, all of it
 	// on the start-up path. With no peers to mistake a slow link for a dead

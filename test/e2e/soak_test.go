@@ -18,6 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/edgeplane/edgeplane/pkg/datastore"
 )
 
 // The soak load of issue 7: soakLeases Leases renewed every soakLeasePeriod
@@ -369,10 +371,10 @@ func soakCheck(t *testing.T, ds string, samples []soakSample, full bool) {
 			ds, soakMB(grewBase), soakBaseCompactions, b.at, soakMB(grewEnd), last.at, soakMB(int64(bound)))
 	}
 	if ds == "etcd" {
-		// edgeplane keeps 2 WAL segments of 64 MB (MaxWalFiles, etcd.go)
-		// plus the one etcd preallocates; a segment filled between etcd's
-		// purges (every 30 s) may stay until the next one.
-		const etcdWALBound = 4 * 64 << 20
+		// edgeplane keeps EtcdKeptFiles WAL segments of 64 MB plus the one
+		// etcd preallocates; a segment filled between etcd's purges (every
+		// 30 s) may stay until the next one.
+		const etcdWALBound = (datastore.EtcdKeptFiles + 2) * 64 << 20
 		for _, s := range samples {
 			if s.wal > etcdWALBound {
 				t.Errorf("etcd WAL directory is %s at t=%s, above %s", soakMB(s.wal), s.at, soakMB(etcdWALBound))
