@@ -97,6 +97,9 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (_ 
 	// Watches are served by the watch hub instead of kine's watch service
 	// (watchhub.go); every other etcd service is kine's.
 	hub := newWatchHub(bctx, wg, guarded, lg)
+	if backend.feed != nil {
+		backend.feed.offerTo(hub.committed)
+	}
 	bridge := server.New(guarded, "unix", cfg.NotifyInterval, cfg.ETCDVersion)
 	ws := &watchServer{hub: hub, notifyInterval: cfg.NotifyInterval}
 	registerKine(gs, bridge, ws)

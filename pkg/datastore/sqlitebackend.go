@@ -24,7 +24,7 @@ const sqliteMaxIdleConns = 20
 // newKineBackend creates kine's backend for cfg.Endpoint as kine's driver
 // registry would, with the create fixes of kinefix.go; on SQLite, writes are
 // queued in Go (sqlitewrites.go), compiled statements are kept
-// (sqlitestmts.go), and writes reach watchers as they commit (sqlitewatch.go).
+// (sqlitestmts.go), and writes can reach watchers as they commit (sqlitewatch.go).
 //
 // kine opens the database, creates its schema and checks it; its own handle
 // is then closed and its queries run on one opened by openSQLite. The backend
@@ -57,7 +57,7 @@ func newKineBackend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config
 		return createRevisionFix{}, err
 	}
 	dialect.DB.SetMaxIdleConns(sqliteMaxIdleConns)
-	feed := newCommitFeed(sqllog.New(dialect, wg, cfg), writes, dialect.CurrentRevision, storedEvents(dialect.DB))
+	feed := newCommitFeed(sqllog.New(dialect, wg, cfg), storedEvents(dialect.DB))
 	backend := logstructured.New(appendRecorder{feed})
 	return createRevisionFix{Backend: backend, recorded: true, feed: feed}, nil
 }

@@ -5,10 +5,15 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/k3s-io/kine/pkg/server"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/klog/v2"
 )
 
 // TestMerger feeds committed creates and polled batches to the merge in the
@@ -98,32 +103,42 @@ func createEvent(rev int64) *server.Event {
 }
 
 // TestCommitFeedStream writes creates, updates, deletes and re-creates from
-// several writers to kine on a real SQLite file and checks that a watch
-// receives exactly the history the database holds, event for event, with
-// previous values, that events were sent as they committed, and that the
-// event a writer reads back at commit is the one the polling loop reads.
+// several writers to kine on a real SQLite file while a watch hub takes both
+// the writes offered at commit and kine's polling loop, and checks that a
+// watch receives exactly the history the database holds, event for event,
+// with previous values, that events were handed over as they committed, and
+// that the event a writer reads back at commit is the one the polling loop
+// reads.
 func TestCommitFeedStream(t *testing.T) {
 	ctx, b := startSQLiteBackend(t)
-	live := b.Watch(ctx, 0)
-	start := live.CurrentRevision
-	// Read as the API server does, while the writers run: a watcher that
-	// falls 100 batches behind is dropped.
-	received := make(chan []*server.Event, 1)
+	var wg sync.WaitGroup
+	hctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); wg.Wait() }()
+	h := newWatchHub(hctx, &wg, b, klog.FromContext(ctx))
+	b.feed.offerTo(h.committed)
+	const prefix = "/registry/configmaps/default/feed-"
+	ws := &watchServer{hub: h, notifyInterval: time.Minute}
+	stream := ws.newStream()
+	ws.create(ctx, stream, &etcdserverpb.WatchCreateRequest{Key: []byte(prefix), RangeEnd: []byte(prefix + "\xff"), PrevKv: true})
+	h.mu.Lock()
+	w, start := stream.watches[0], h.order.delivered
+	h.mu.Unlock()
+
+	// Taken as the Watch service takes them, while the writers run.
+	received := make(chan []*mvccpb.Event, 1)
 	wrote := make(chan int64, 1)
 	go func() {
-		var got []*server.Event
+		var got []*mvccpb.Event
 		end := int64(-1)
 		timeout := time.After(30 * time.Second)
-		for end < 0 || len(got) == 0 || got[len(got)-1].KV.ModRevision < end {
+		for end < 0 || len(got) == 0 || got[len(got)-1].Kv.ModRevision < end {
 			select {
 			case end = <-wrote:
-			case batch, ok := <-live.Eventc:
-				if !ok {
-					t.Errorf("watch closed after %d events", len(got))
-					received <- got
-					return
+			case <-stream.wake:
+				q, _ := stream.take()
+				for _, r := range q {
+					got = append(got, r.Events...)
 				}
-				got = append(got, batch.Events...)
 			case <-timeout:
 				t.Errorf("watch delivered %d events, not up to revision %d", len(got), end)
 				received <- got
@@ -134,49 +149,51 @@ func TestCommitFeedStream(t *testing.T) {
 	}()
 
 	inParallel(t, 4, func(w int) error {
-		return churn(ctx, b, fmt.Sprintf("/registry/configmaps/default/feed-%d", w), 25)
+		return churn(ctx, b, fmt.Sprintf("%s%d", prefix, w), 25)
 	})
 	// The history from the database itself (kine's cached current revision
 	// may lag behind its last write).
 	history := b.Watch(ctx, start+1)
-	want := (<-history.Eventc).Events
-	if len(want) == 0 {
+	stored := (<-history.Eventc).Events
+	if len(stored) == 0 {
 		t.Fatal("the database holds no history")
 	}
-	wrote <- want[len(want)-1].KV.ModRevision
+	wrote <- stored[len(stored)-1].KV.ModRevision
 	got := <-received
-	if len(got) != len(want) {
+	if len(got) != len(stored) {
 		seen := map[int64]bool{}
 		for _, e := range got {
-			seen[e.KV.ModRevision] = true
+			seen[e.Kv.ModRevision] = true
 		}
-		for _, e := range want {
+		for _, e := range stored {
 			if !seen[e.KV.ModRevision] {
 				t.Errorf("the watch missed %s", eventString(e))
 			}
 		}
-		t.Fatalf("watch got %d events, the database holds %d after revision %d", len(got), len(want), start)
+		t.Fatalf("watch got %d events, the database holds %d after revision %d", len(got), len(stored), start)
 	}
-	for i := range want {
-		if !reflect.DeepEqual(got[i], want[i]) {
-			t.Errorf("event %d: watch got %s, the database holds %s", i, eventString(got[i]), eventString(want[i]))
+	for i, e := range stored {
+		if want := w.event(e); !proto.Equal(got[i], want) {
+			t.Errorf("event %d: watch got %v, the database holds %v", i, got[i], want)
 		}
 	}
 	// What a writer reads back at commit is what the polling loop delivers.
-	for _, e := range want {
-		stored, err := b.feed.row(ctx, e.KV.ModRevision)
+	for _, e := range stored {
+		read, err := b.feed.row(ctx, e.KV.ModRevision)
 		if err != nil {
 			t.Fatalf("reading revision %d: %v", e.KV.ModRevision, err)
 		}
-		if !reflect.DeepEqual(stored, e) {
-			t.Errorf("revision %d: read at commit %s, polled %s", e.KV.ModRevision, eventString(stored), eventString(e))
+		if !reflect.DeepEqual(read, e) {
+			t.Errorf("revision %d: read at commit %s, polled %s", e.KV.ModRevision, eventString(read), eventString(e))
 		}
 	}
-	n := b.feed.atCommit.Load()
+	h.mu.Lock()
+	n := h.atCommit
+	h.mu.Unlock()
 	if n == 0 {
-		t.Errorf("no event was sent at commit; all %d came from the polling loop", len(got))
+		t.Errorf("no event was handed over at commit; all %d came from the polling loop", len(got))
 	}
-	t.Logf("%d of %d events sent at commit", n, len(got))
+	t.Logf("%d of %d events handed over at commit", n, len(got))
 }
 
 // churn creates key, updates it twice, deletes it and creates it again, n

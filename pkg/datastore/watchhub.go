@@ -20,7 +20,11 @@ import (
 // it has seen, walking every other watch of the stream under it. The hub
 // holds the one subscription instead and, per event, wakes only the streams
 // that have a watch whose range holds the event's key, as etcd's watchable
-// store does (docs/PERFORMANCE.md, "Requests on SQLite").
+// store does (docs/PERFORMANCE.md, "Requests on SQLite"). On SQLite each
+// write is also offered as it commits, and handed over then in the writer's
+// goroutine when every revision before it has been (commitFeed); the
+// backend's batches bring what no writer offered, and each revision goes out
+// once.
 //
 // Everything a stream sends goes through one queue, in the order the hub
 // decides it under its lock. A watch has been handed every event up to the
@@ -32,9 +36,14 @@ type watchHub struct {
 	lg      klog.Logger
 
 	mu sync.Mutex
-	// rev: every event up to rev has been handed to the watches that want it.
-	rev     int64
+	// order merges the events writers offer at commit with the backend's
+	// batches; every event up to order.delivered has been handed to the
+	// watches that want it.
+	order   merger
 	watches map[*watch]struct{}
+	// atCommit counts the events handed over from commits, not the backend's
+	// batches.
+	atCommit int64
 }
 
 // watch is one watch of a stream. Its fields are guarded by the hub's lock.
@@ -60,7 +69,7 @@ type watch struct {
 func newWatchHub(ctx context.Context, wg *sync.WaitGroup, backend server.Backend, lg klog.Logger) *watchHub {
 	h := &watchHub{backend: backend, lg: lg, watches: map[*watch]struct{}{}}
 	wr := backend.Watch(ctx, 0)
-	h.rev = wr.CurrentRevision
+	h.order.delivered = wr.CurrentRevision
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -97,29 +106,44 @@ func (h *watchHub) run(ctx context.Context, wr server.WatchResult) {
 	}
 }
 
-// dispatch hands one batch to the watches that want its events.
+// dispatch hands a batch of the backend's to the watches that want its
+// events, less those handed over already.
 func (h *watchHub) dispatch(b server.EventBatch) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	rev := b.CurrentRev
-	if n := len(b.Events); n > 0 && b.Events[n-1] != nil && b.Events[n-1].KV != nil {
-		rev = max(rev, b.Events[n-1].KV.ModRevision)
+	h.handLocked(h.order.polled(b))
+}
+
+// committed hands a write's event to the watches that want it as the write
+// commits, in the writer's goroutine (commitFeed, on SQLite), once every
+// revision before it has been handed over; until then it waits, and the
+// backend's batches fill in what no writer offered.
+func (h *watchHub) committed(e *server.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := h.order.committed(e)
+	h.atCommit += int64(len(b.Events))
+	h.handLocked(b)
+}
+
+// handLocked hands the events of b, in revision order and after every
+// revision handed over before, to the watches that want them. Callers hold
+// the lock.
+func (h *watchHub) handLocked(b server.EventBatch) {
+	if len(b.Events) == 0 {
+		return
 	}
-	rev = max(rev, h.rev)
-	if len(b.Events) > 0 {
-		for w := range h.watches {
-			if w.catchingUp {
-				for _, e := range b.Events {
-					if w.wants(e) {
-						w.held = append(w.held, e)
-					}
+	for w := range h.watches {
+		if w.catchingUp {
+			for _, e := range b.Events {
+				if w.wants(e) {
+					w.held = append(w.held, e)
 				}
-				continue
 			}
-			h.send(w, rev, b.Events)
+			continue
 		}
+		h.send(w, b.CurrentRev, b.Events)
 	}
-	h.rev = rev
 }
 
 // send queues the events of evs that w wants, with header revision rev.
@@ -144,9 +168,9 @@ func (h *watchHub) send(w *watch, rev int64, evs []*server.Event) {
 // Callers hold the lock.
 func (h *watchHub) addLocked(w *watch) (catchUp bool) {
 	if w.next == 0 {
-		w.next = h.rev + 1
+		w.next = h.order.delivered + 1
 	}
-	w.catchingUp = w.next <= h.rev
+	w.catchingUp = w.next <= h.order.delivered
 	h.watches[w] = struct{}{}
 	return w.catchingUp
 }
@@ -183,7 +207,7 @@ func (h *watchHub) catchUp(ctx context.Context, w *watch, start int64) {
 	}
 	switch {
 	case wr.CompactRevision != 0:
-		w.stream.cancel(w, &etcdserverpb.WatchResponse{Header: header(h.rev), WatchId: w.id, Canceled: true,
+		w.stream.cancel(w, &etcdserverpb.WatchResponse{Header: header(h.order.delivered), WatchId: w.id, Canceled: true,
 			CompactRevision: wr.CompactRevision, CancelReason: server.ErrCompacted.Error()})
 		return
 	case err != nil || wr.Eventc == nil:
@@ -191,7 +215,7 @@ func (h *watchHub) catchUp(ctx context.Context, w *watch, start int64) {
 		if err != nil {
 			reason = err.Error()
 		}
-		w.stream.cancel(w, &etcdserverpb.WatchResponse{Header: header(h.rev), WatchId: w.id, Canceled: true, CancelReason: reason})
+		w.stream.cancel(w, &etcdserverpb.WatchResponse{Header: header(h.order.delivered), WatchId: w.id, Canceled: true, CancelReason: reason})
 		return
 	}
 	evs := hist.Events
@@ -201,8 +225,8 @@ func (h *watchHub) catchUp(ctx context.Context, w *watch, start int64) {
 		}
 	}
 	w.held, w.catchingUp = nil, false
-	h.send(w, max(h.rev, hist.CurrentRev), evs)
-	w.stream.progressIfWanted(h.rev)
+	h.send(w, max(h.order.delivered, hist.CurrentRev), evs)
+	w.stream.progressIfWanted(h.order.delivered)
 }
 
 // removeLocked unregisters w; nothing more is queued for it. Callers hold
@@ -219,9 +243,9 @@ func (h *watchHub) restart(rev int64, reason string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.watches {
-		w.stream.cancel(w, &etcdserverpb.WatchResponse{Header: header(h.rev), WatchId: w.id, Canceled: true, CancelReason: reason})
+		w.stream.cancel(w, &etcdserverpb.WatchResponse{Header: header(h.order.delivered), WatchId: w.id, Canceled: true, CancelReason: reason})
 	}
-	h.rev = max(h.rev, rev)
+	h.order.skipTo(rev)
 }
 
 // wants says whether w is to be handed e.

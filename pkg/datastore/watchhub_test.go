@@ -24,15 +24,36 @@ type written struct {
 	prev  string // the value it replaced; "" for a create
 }
 
+// watchClients runs test with each client of the hub's watches: etcd's
+// client through the socket (the Watch service, watchServer), and the API
+// server's in-process client (hubWatcher).
+func watchClients(t *testing.T, test func(ctx context.Context, t *testing.T, cli *clientv3.Client)) {
+	for _, via := range []string{"socket", "in process"} {
+		t.Run(via, func(t *testing.T) {
+			ctx := testContext(t)
+			ds := startReady(ctx, t, testOptions(t, TypeSQLite, t.TempDir()))
+			cc := ds.Client()
+			if via == "socket" {
+				test(ctx, t, testClient(ctx, t, cc))
+				return
+			}
+			cli, err := cc.InProcess(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cli.Close() })
+			test(ctx, t, cli)
+		})
+	}
+}
+
 // TestWatchHub runs writers on kine and SQLite while watches on one stream,
 // with different ranges and start revisions, take their events; each must
 // receive exactly the writes in its range from its start, in order, with
 // previous values when asked for, and only those.
-func TestWatchHub(t *testing.T) {
-	ctx := testContext(t)
-	ds := startReady(ctx, t, testOptions(t, TypeSQLite, t.TempDir()))
-	cli := testClient(ctx, t, ds.Client())
+func TestWatchHub(t *testing.T) { watchClients(t, testWatchHub) }
 
+func testWatchHub(ctx context.Context, t *testing.T, cli *clientv3.Client) {
 	base, err := cli.Put(ctx, "/hub/base", "x")
 	if err != nil {
 		t.Fatal(err)
@@ -216,11 +237,9 @@ func deleteKey(ctx context.Context, cli *clientv3.Client, key string, rev int64)
 // TestWatchHubCancelAndCompact cancels a watch (nothing more arrives on it
 // while another watch of the stream goes on), and watches from a compacted
 // revision (the watch is refused with the compaction's revision).
-func TestWatchHubCancelAndCompact(t *testing.T) {
-	ctx := testContext(t)
-	ds := startReady(ctx, t, testOptions(t, TypeSQLite, t.TempDir()))
-	cli := testClient(ctx, t, ds.Client())
+func TestWatchHubCancelAndCompact(t *testing.T) { watchClients(t, testWatchHubCancelAndCompact) }
 
+func testWatchHubCancelAndCompact(ctx context.Context, t *testing.T, cli *clientv3.Client) {
 	c1, cancel1 := context.WithCancel(ctx)
 	w1 := cli.Watch(c1, "/k/", clientv3.WithPrefix())
 	c2, cancel2 := context.WithCancel(ctx)
@@ -286,9 +305,9 @@ func TestWatchHubRestart(t *testing.T) {
 	defer func() { cancel(); wg.Wait() }()
 	h := newWatchHub(hctx, &wg, b, klog.FromContext(ctx))
 
-	stream := &watchStream{hub: h, watches: map[int64]*watch{}, wake: make(chan struct{}, 1)}
 	// Watches are created as the Watch service creates them.
 	ws := &watchServer{hub: h, notifyInterval: time.Minute}
+	stream := ws.newStream()
 	add := func(key string) *watch {
 		id := stream.nextID
 		ws.create(ctx, stream, &etcdserverpb.WatchCreateRequest{Key: []byte(key), RangeEnd: []byte(key + "\xff")})

@@ -37,6 +37,9 @@ type watchServer struct {
 	// notifyInterval: how often a watch that asked for progress
 	// notifications and has been sent nothing gets one.
 	notifyInterval time.Duration
+	// maxQueued bounds the events a stream's client has not taken yet
+	// (0: maxQueuedEvents).
+	maxQueued int
 }
 
 // maxQueuedEvents bounds the events a stream's client has not taken yet. A
@@ -47,20 +50,30 @@ const maxQueuedEvents = 100_000
 // watchStream is one Watch stream: its watches and its send queue, guarded
 // by the hub's lock.
 type watchStream struct {
-	hub     *watchHub
-	nextID  int64
-	watches map[int64]*watch
-	queue   []*etcdserverpb.WatchResponse
-	queued  int // events in queue
-	wake    chan struct{}
-	closed  bool
-	failed  error
+	hub       *watchHub
+	nextID    int64
+	watches   map[int64]*watch
+	queue     []*etcdserverpb.WatchResponse
+	queued    int // events in queue
+	maxQueued int
+	wake      chan struct{}
+	closed    bool
+	failed    error
 	// progressWanted: a progress request waits for a watch to catch up.
 	progressWanted bool
 }
 
+// newStream returns an empty stream on the hub.
+func (s *watchServer) newStream() *watchStream {
+	st := &watchStream{hub: s.hub, watches: map[int64]*watch{}, wake: make(chan struct{}, 1), maxQueued: s.maxQueued}
+	if st.maxQueued == 0 {
+		st.maxQueued = maxQueuedEvents
+	}
+	return st
+}
+
 func (s *watchServer) Watch(ws etcdserverpb.Watch_WatchServer) error {
-	st := &watchStream{hub: s.hub, watches: map[int64]*watch{}, wake: make(chan struct{}, 1)}
+	st := s.newStream()
 	defer st.close()
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- s.recv(ws, st) }()
@@ -116,7 +129,7 @@ func (s *watchServer) create(ctx context.Context, st *watchStream, r *etcdserver
 			reason = server.ErrCompacted.Error()
 		}
 		h.mu.Lock()
-		st.push(&etcdserverpb.WatchResponse{Header: header(h.rev), WatchId: clientv3.InvalidWatchID,
+		st.push(&etcdserverpb.WatchResponse{Header: header(h.order.delivered), WatchId: clientv3.InvalidWatchID,
 			Created: true, Canceled: true, CancelReason: reason})
 		h.mu.Unlock()
 		return
@@ -148,7 +161,7 @@ func (s *watchServer) create(ctx context.Context, st *watchStream, r *etcdserver
 	if h.addLocked(w) {
 		go h.catchUp(ctx, w, w.next)
 	}
-	st.push(&etcdserverpb.WatchResponse{Header: header(h.rev), WatchId: w.id, Created: true})
+	st.push(&etcdserverpb.WatchResponse{Header: header(h.order.delivered), WatchId: w.id, Created: true})
 }
 
 // take empties the queue; the error is set once the stream has failed.
@@ -165,7 +178,7 @@ func (st *watchStream) push(r *etcdserverpb.WatchResponse) {
 	if st.closed || st.failed != nil {
 		return
 	}
-	if st.queued > maxQueuedEvents && len(r.Events) > 0 {
+	if st.queued > st.maxQueued && len(r.Events) > 0 {
 		st.failed = status.Error(codes.Unavailable, "datastore: the watch stream's client is too slow")
 	} else {
 		st.queue = append(st.queue, r)
@@ -182,7 +195,7 @@ func (st *watchStream) push(r *etcdserverpb.WatchResponse) {
 func (st *watchStream) cancel(w *watch, r *etcdserverpb.WatchResponse) {
 	st.hub.removeLocked(w)
 	st.push(r)
-	st.progressIfWanted(st.hub.rev)
+	st.progressIfWanted(st.hub.order.delivered)
 }
 
 // cancelID cancels the client's watch id, if it has one.
@@ -191,7 +204,7 @@ func (st *watchStream) cancelID(id int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if w, ok := st.watches[id]; ok {
-		st.cancel(w, &etcdserverpb.WatchResponse{Header: header(h.rev), WatchId: id, Canceled: true})
+		st.cancel(w, &etcdserverpb.WatchResponse{Header: header(h.order.delivered), WatchId: id, Canceled: true})
 	}
 }
 
@@ -203,7 +216,7 @@ func (st *watchStream) requestProgress() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st.progressWanted = true
-	st.progressIfWanted(h.rev)
+	st.progressIfWanted(h.order.delivered)
 }
 
 // progressIfWanted queues a requested progress notification at rev when no
@@ -231,7 +244,7 @@ func (st *watchStream) progressTick(interval time.Duration) {
 	for _, w := range st.watches {
 		if w.progress && !w.catchingUp && now.Sub(w.lastSent) >= interval {
 			w.lastSent = now
-			st.push(&etcdserverpb.WatchResponse{Header: header(h.rev), WatchId: w.id})
+			st.push(&etcdserverpb.WatchResponse{Header: header(h.order.delivered), WatchId: w.id})
 		}
 	}
 }
