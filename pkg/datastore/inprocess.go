@@ -21,8 +21,8 @@ import (
 // directly instead, with etcd's adapters from server to client interfaces
 // (go.etcd.io/etcd/server/v3/proxy/grpcproxy/adapter), as etcd's own
 // in-process client (v3client) does for an embedded etcd: requests and
-// responses are handed over as Go values, a watch's stream is a pair of
-// channels. Everything else (the etcdctl-style commands, snapshots, joining
+// responses are handed over as Go values. Watches of kine are served by the
+// watch hub itself (hubWatcher). Everything else (the etcdctl-style commands, snapshots, joining
 // servers, an external client) still uses the socket.
 
 // InProcessClient returns a new client of a datastore in this process; the
@@ -33,7 +33,7 @@ type InProcessClient func(context.Context) (*clientv3.Client, error)
 type etcdServices struct {
 	kv          etcdserverpb.KVServer
 	lease       etcdserverpb.LeaseServer
-	watch       etcdserverpb.WatchServer
+	watch       *watchServer
 	cluster     etcdserverpb.ClusterServer
 	maintenance etcdserverpb.MaintenanceServer
 }
@@ -44,25 +44,11 @@ func (s etcdServices) client(lg logr.Logger) *clientv3.Client {
 	c.KV = clientv3.NewKVFromKVClient(adapter.KvServerToKvClient(s.kv), c)
 	// One second for a keep-alive's first response, as etcd's v3client.
 	c.Lease = clientv3.NewLeaseFromLeaseClient(adapter.LeaseServerToLeaseClient(s.lease), c, time.Second)
-	c.Watcher = blankWatcher{clientv3.NewWatchFromWatchClient(adapter.WatchServerToWatchClient(s.watch), c)}
+	c.Watcher = newHubWatcher(s.watch)
 	c.Cluster = clientv3.NewClusterFromClusterClient(adapter.ClusterServerToClusterClient(s.cluster), c)
 	c.Maintenance = clientv3.NewMaintenanceFromMaintenanceClient(adapter.MaintenanceServerToMaintenanceClient(s.maintenance), c)
 	return c
 }
-
-// blankWatcher hands its watches a context whose String does not print the
-// caller's values, as etcd's v3client does: the client prints the context
-// of an in-process stream, and values such as a request's trace are not
-// safe to read from another goroutine.
-type blankWatcher struct{ clientv3.Watcher }
-
-func (w blankWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
-	return w.Watcher.Watch(blankContext{ctx}, key, opts...)
-}
-
-type blankContext struct{ context.Context }
-
-func (blankContext) String() string { return "(in-process watch)" }
 
 // etcdInProcess returns the in-process client of an embedded etcd server:
 // etcd's own v3client, which goes through the same quota, raft and watch
