@@ -106,11 +106,15 @@ func (w *hubWatcher) remove(st *watchStream) {
 	st.close()
 }
 
-// serve puts what st's watch (op's) is sent on out until it is cancelled, ctx ends
-// or the watcher is closed, and then closes out.
+// serve puts what st's watch (op's) is sent on out until it is cancelled,
+// ctx ends or the watcher is closed, and then closes out.
 func (w *hubWatcher) serve(ctx context.Context, st *watchStream, op clientv3.Op, out chan<- clientv3.WatchResponse) {
 	defer close(out)
-	defer func() { w.remove(st) }()
+	defer func() {
+		if st != nil {
+			w.remove(st)
+		}
+	}()
 	// next: the revision to resume from.
 	next := op.Rev()
 	for {
