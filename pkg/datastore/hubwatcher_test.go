@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"k8s.io/klog/v2"
 )
 
 // TestHubWatcherResume lets an in-process watch's queue overflow while
@@ -18,10 +16,7 @@ import (
 // ends the watch's channel.
 func TestHubWatcherResume(t *testing.T) {
 	ctx, b := startSQLiteBackend(t)
-	var wg sync.WaitGroup
-	hctx, cancel := context.WithCancel(ctx)
-	defer func() { cancel(); wg.Wait() }()
-	h := newWatchHub(hctx, &wg, b, klog.FromContext(ctx))
+	h := startHub(ctx, t, b)
 	b.feed.offerTo(h.committed)
 	w := newHubWatcher(&watchServer{hub: h, notifyInterval: time.Minute, maxQueued: 10})
 

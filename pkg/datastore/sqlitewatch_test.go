@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
-	"k8s.io/klog/v2"
 )
 
 // TestMerger feeds committed creates and polled batches to the merge in the
@@ -111,10 +109,7 @@ func createEvent(rev int64) *server.Event {
 // reads.
 func TestCommitFeedStream(t *testing.T) {
 	ctx, b := startSQLiteBackend(t)
-	var wg sync.WaitGroup
-	hctx, cancel := context.WithCancel(ctx)
-	defer func() { cancel(); wg.Wait() }()
-	h := newWatchHub(hctx, &wg, b, klog.FromContext(ctx))
+	h := startHub(ctx, t, b)
 	b.feed.offerTo(h.committed)
 	const prefix = "/registry/configmaps/default/feed-"
 	ws := &watchServer{hub: h, notifyInterval: time.Minute}

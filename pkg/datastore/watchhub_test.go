@@ -294,16 +294,23 @@ func testWatchHubCancelAndCompact(ctx context.Context, t *testing.T, cli *client
 	}
 }
 
+// startHub starts a watch hub on b until the test ends; writes are not
+// offered to it at commit unless the test hands them over (b.feed.offerTo).
+func startHub(ctx context.Context, t *testing.T, b createRevisionFix) *watchHub {
+	t.Helper()
+	var wg sync.WaitGroup
+	hctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return newWatchHub(hctx, &wg, b, klog.FromContext(ctx))
+}
+
 // TestWatchHubRestart holds the hub up while a few hundred creates commit,
 // so that kine drops its subscription as it drops any subscriber 100
 // batches behind. The hub must cancel its watches (their events are lost),
 // subscribe again, and serve a new watch from there.
 func TestWatchHubRestart(t *testing.T) {
 	ctx, b := startSQLiteBackend(t)
-	var wg sync.WaitGroup
-	hctx, cancel := context.WithCancel(ctx)
-	defer func() { cancel(); wg.Wait() }()
-	h := newWatchHub(hctx, &wg, b, klog.FromContext(ctx))
+	h := startHub(ctx, t, b)
 
 	// Watches are created as the Watch service creates them.
 	ws := &watchServer{hub: h, notifyInterval: time.Minute}
