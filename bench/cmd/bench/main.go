@@ -33,6 +33,7 @@ type options struct {
 	env, edgeplaneArgs      multiFlag
 	command                 string
 	short, keep             bool
+	keepPageCache           bool
 }
 
 type multiFlag []string
@@ -61,6 +62,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.command, "cmd", "", "the command line to record in the results (run.sh sets it)")
 	fs.BoolVar(&o.short, "short", false, "smoke run: 1 start each, 20 s settle, 1 min idle window, 500 creates, 50 paced writes")
 	fs.BoolVar(&o.keep, "keep", false, "keep the data dirs after the run")
+	fs.BoolVar(&o.keepPageCache, "keep-page-cache", false, "do not drop the binaries from the page cache before each configuration's first cold start")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -156,7 +158,8 @@ func run(ctx context.Context, o *options) error {
 	}
 	rep := &report{Began: began, Machine: readMachine(r.runDir), Command: o.command, Baseline: o.baseline,
 		Options: reportOptions{Repeat: o.repeat, Settle: o.settle, Idle: o.idle, IdleSettle: o.idleSettle,
-			Creates: o.creates, Clients: o.clients, Paced: o.paced, Env: o.env, EdgeplaneArgs: o.edgeplaneArgs}}
+			Creates: o.creates, Clients: o.clients, Paced: o.paced, Env: o.env, EdgeplaneArgs: o.edgeplaneArgs,
+			DropPageCache: !o.keepPageCache}}
 	for _, c := range o.configs {
 		res := &configResult{Name: c.Name, About: c.About}
 		res.Binaries, res.BinaryBytes = binaryInfo(c.binaries(o.binDir))
@@ -296,6 +299,14 @@ func (r *runner) coldStart(ctx context.Context, c configuration, rep int) {
 	if err := prepare(c, dir); err != nil {
 		res.Err = err.Error()
 		return
+	}
+	if rep == 1 && !r.o.keepPageCache {
+		cached, err := dropPageCache(c.binaries(r.o.binDir))
+		if err != nil {
+			res.Err = err.Error()
+			return
+		}
+		res.PageCacheDropped = cached
 	}
 	logs := filepath.Join(r.runDir, c.Name, "logs", fmt.Sprintf("cold-%d", rep))
 	in, s, err := r.launch(ctx, c, dir, logs)

@@ -64,12 +64,15 @@ type configResult struct {
 	BinaryBytes int64
 	Cold, Warm  []startSample
 	Timeline    []phase // edgeplane's "Start-up phase done" lines, first cold start
-	MemIdle     *idleMemory
-	Loads       []loadResult // the request benchmark of each cold start
-	Load        *loadResult  // their medians
-	LoadErr     string
-	Idle        *idleResult
-	Err         string
+	// PageCacheDropped is how much of the binaries was in the page cache
+	// when it was dropped before the first cold start.
+	PageCacheDropped int64
+	MemIdle          *idleMemory
+	Loads            []loadResult // the request benchmark of each cold start
+	Load             *loadResult  // their medians
+	LoadErr          string
+	Idle             *idleResult
+	Err              string
 }
 
 type machine struct {
@@ -92,6 +95,7 @@ type reportOptions struct {
 	Settle, Idle, IdleSettle time.Duration
 	Creates, Clients, Paced  int
 	Env, EdgeplaneArgs       []string
+	DropPageCache            bool
 }
 
 type report struct {
@@ -375,6 +379,10 @@ func (rep *report) markdown() string {
 	if len(o.Env) > 0 || len(o.EdgeplaneArgs) > 0 {
 		fmt.Fprintf(&b, "- Extra environment: `%s`; extra edgeplane arguments: `%s`\n", strings.Join(o.Env, " "), strings.Join(o.EdgeplaneArgs, " "))
 	}
+	if o.DropPageCache {
+		b.WriteString("- Page cache: each configuration's binaries are dropped from the page cache before its first cold start, the one whose memory is reported, as after a boot " +
+			"(how much of a binary's file a process maps depends on how the file entered the page cache; `-keep-page-cache` leaves it)\n")
+	}
 	fmt.Fprintf(&b, "- Ratios: configuration / %s; below 1 is better except for creates/s.\n\n", rep.Baseline)
 	b.WriteString(rep.table())
 	b.WriteString("\nConfigurations:\n\n")
@@ -411,6 +419,9 @@ func (rep *report) markdown() string {
 				fmt.Fprintf(&b, " %.2f/%.2f/%.0f/%.2f;", s.Ready.Seconds(), s.AllReady.Seconds(), mibf(s.Mem.RSS), s.Load1)
 			}
 			b.WriteString("\n")
+		}
+		if r.PageCacheDropped > 0 {
+			fmt.Fprintf(&b, "- before the first cold start, %.0f MiB of the binaries were dropped from the page cache\n", mibf(r.PageCacheDropped))
 		}
 		if len(r.Cold) > 0 {
 			mm := r.Cold[0].Mem

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// How much of a Go binary's file its process maps depends on how the file
+// entered the page cache: one touch maps the whole folio the page sits in,
+// and a file read in sequence (cp, sha256sum, cat) sits there in folios of up
+// to 2 MiB, one written by the linker or read by page faults in smaller ones.
+// The same edgeplane binary had 56 to 132 MiB of file-backed RSS 60 s after
+// ready, anonymous RSS unchanged (docs/PERFORMANCE.md). So that every
+// configuration's memory is read from the same state, the benchmark drops
+// each binary's pages from the page cache before the configuration's first
+// cold start, as a boot does: the processes then read the file by page
+// faults.
+
+// dropPageCache writes back and drops the cached pages of each file and
+// returns how many bytes of them were cached before.
+func dropPageCache(paths []string) (int64, error) {
+	var cached int64
+	for _, p := range paths {
+		n, err := cachedBytes(p)
+		if err != nil {
+			return cached, err
+		}
+		cached += n
+		f, err := os.Open(p)
+		if err != nil {
+			return cached, err
+		}
+		// Dirty pages (a binary just linked) are not dropped: write them first.
+		err = f.Sync()
+		if err == nil {
+			err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		}
+		f.Close()
+		if err != nil {
+			return cached, fmt.Errorf("dropping %s from the page cache: %w", p, err)
+		}
+	}
+	return cached, nil
+}
+
+// cachedBytes is how much of the file at path is in the page cache
+// (mincore over a read-only mapping of it).
+func cachedBytes(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return 0, err
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return 0, fmt.Errorf("mapping %s: %w", path, err)
+	}
+	defer unix.Munmap(data)
+	page := int64(os.Getpagesize())
+	vec := make([]byte, (fi.Size()+page-1)/page)
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		return 0, fmt.Errorf("mincore %s: %w", path, errno)
+	}
+	var n int64
+	for _, v := range vec {
+		if v&1 != 0 {
+			n += page
+		}
+	}
+	return n, nil
+}
