@@ -3,6 +3,7 @@ package datastore
 import (
 	"bytes"
 	"context"
+	"errors"
 
 	"github.com/k3s-io/kine/pkg/logstructured"
 	"github.com/k3s-io/kine/pkg/server"
@@ -41,15 +42,38 @@ func (b createRevisionFix) Create(ctx context.Context, key string, value []byte,
 // have stored the key. A create that returned no error but did not store it
 // is one the database refused.
 func (b createRevisionFix) createVerified(ctx context.Context, key string, value []byte, lease int64) (int64, bool, error) {
-	if !b.recorded {
-		return b.createReadBack(ctx, key, value, lease)
+	var (
+		rev    int64
+		stored bool
+		err    error
+	)
+	if b.recorded {
+		rec := &appendRecord{}
+		rev, err = b.Backend.Create(context.WithValue(ctx, appendRecordKey{}, rec), key, value, lease)
+		if err == nil && rec.rev != 0 {
+			rev, stored = rec.rev, true
+		}
+	} else {
+		rev, stored, err = b.createReadBack(ctx, key, value, lease)
 	}
-	rec := &appendRecord{}
-	rev, err := b.Backend.Create(context.WithValue(ctx, appendRecordKey{}, rec), key, value, lease)
-	if err != nil || rec.rev == 0 {
-		return rev, false, err
+	if errors.Is(err, server.ErrKeyExists) {
+		rev = b.existingRevision(ctx, key, rev)
 	}
-	return rec.rev, true, nil
+	return rev, stored, err
+}
+
+// existingRevision is the revision to answer a create refused because key
+// exists. kine answers the revision its polling loop last saw, which can be
+// older than the key's own when other writers commit at the same time; its
+// Put then reads the key at that revision, finds nothing and dereferences
+// the nil key (a panic, seen in TestWatchHub's churn). The datastore's
+// current revision, read with the key, is at least the key's.
+func (b createRevisionFix) existingRevision(ctx context.Context, key string, rev int64) int64 {
+	current, kv, err := b.Backend.Get(ctx, key, 0, true)
+	if err == nil && kv != nil && current > rev {
+		return current
+	}
+	return rev
 }
 
 // appendRecorder is kine's log with one addition: an append that stored a

@@ -132,8 +132,14 @@ func recreateBackend(ctx context.Context, b createRevisionFix, key string, n int
 		if err != nil || kv == nil || kv.ModRevision != rev || kv.CreateRevision != rev || string(kv.Value) != string(value) {
 			return fmt.Errorf("create %d of %s answered revision %d; the key reads %+v, %v", i, key, rev, kv, err)
 		}
-		if _, err := b.Create(ctx, key, value, 0); !errors.Is(err, server.ErrKeyExists) {
+		exists, err := b.Create(ctx, key, value, 0)
+		if !errors.Is(err, server.ErrKeyExists) {
 			return fmt.Errorf("create of live %s: %v, want ErrKeyExists", key, err)
+		}
+		// kine's Put reads the key at the revision a refused create
+		// answers, and takes it as there (a nil key panics it).
+		if _, kv, err := b.Get(ctx, key, exists, false); err != nil || kv == nil || kv.ModRevision != rev {
+			return fmt.Errorf("create of live %s (modified at %d) answered revision %d, where the key reads %+v, %v", key, rev, exists, kv, err)
 		}
 		if _, _, deleted, err := b.Delete(ctx, key, rev); err != nil || !deleted {
 			return fmt.Errorf("delete %d of %s at %d: %v, %v", i, key, rev, deleted, err)
