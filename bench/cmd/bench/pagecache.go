@@ -24,17 +24,16 @@ import (
 func dropPageCache(paths []string) (int64, error) {
 	var cached int64
 	for _, p := range paths {
-		n, err := cachedBytes(p)
-		if err != nil {
-			return cached, err
-		}
-		cached += n
 		f, err := os.Open(p)
 		if err != nil {
 			return cached, err
 		}
+		n, err := residentBytes(f)
+		cached += n
 		// Dirty pages (a binary just linked) are not dropped: write them first.
-		err = f.Sync()
+		if err == nil {
+			err = f.Sync()
+		}
 		if err == nil {
 			err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 		}
@@ -46,14 +45,10 @@ func dropPageCache(paths []string) (int64, error) {
 	return cached, nil
 }
 
-// cachedBytes is how much of the file at path is in the page cache
+// residentBytes is how much of the open file f is in the page cache
 // (mincore over a read-only mapping of it).
-func cachedBytes(path string) (int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
+func residentBytes(f *os.File) (int64, error) {
+	path := f.Name()
 	fi, err := f.Stat()
 	if err != nil || fi.Size() == 0 {
 		return 0, err

@@ -52,3 +52,13 @@ func TestDropPageCache(t *testing.T) {
 		t.Error("dropPageCache of a missing file: no error")
 	}
 }
+
+// cachedBytes is how much of the file at path is in the page cache.
+func cachedBytes(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return residentBytes(f)
+}
