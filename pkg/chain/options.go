@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 )
 
@@ -69,6 +70,13 @@ func buildOptions(c *Config, authnConfigFile string) (*options.ServerRunOptions,
 	s.KubeletConfig.TLSClientConfig.CertFile = c.Files.KubeletClientCert
 	s.KubeletConfig.TLSClientConfig.KeyFile = c.Files.KubeletClientKey
 	s.KubeletConfig.TLSClientConfig.CAFile = c.Files.ClusterCA
+	// Dial kubelets by address first: node names need not resolve (an edge
+	// LAN rarely has DNS for its boards), and the kubelet's serving
+	// certificate holds its addresses.
+	s.KubeletConfig.PreferredAddressTypes = []string{
+		string(corev1.NodeInternalIP), string(corev1.NodeExternalIP), string(corev1.NodeHostName),
+		string(corev1.NodeInternalDNS), string(corev1.NodeExternalDNS),
+	}
 	reconciler, count := endpointReconciler(c.SharedDatastore)
 	s.EndpointReconcilerType, s.MasterCount = string(reconciler), count
 	applyDay2(s, c.Day2)

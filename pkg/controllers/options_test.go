@@ -131,6 +131,8 @@ func TestControllerManagerOptions(t *testing.T) {
 				eq(t, "cluster CIDR", s.KubeCloudShared.ClusterCIDR, "10.99.0.0/16")
 				eq(t, "allocate node CIDRs", s.KubeCloudShared.AllocateNodeCIDRs, true)
 				eq(t, "node IPAM service CIDR", s.NodeIPAMController.ServiceCIDR, "10.100.0.0/16")
+				// Empty, node IPAM refuses to start ("invalid CIDR allocator type").
+				eq(t, "CIDR allocator", s.KubeCloudShared.CIDRAllocatorType, "RangeAllocator")
 			},
 		},
 		{

@@ -7,6 +7,7 @@ import (
 	"k8s.io/kubernetes/cmd/kube-controller-manager/names"
 	schedoptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	signerconfig "k8s.io/kubernetes/pkg/controller/certificates/signer/config"
+	"k8s.io/kubernetes/pkg/controller/nodeipam/ipam"
 )
 
 // Lease names in kube-system: the upstream ones, which the bootstrap RBAC
@@ -75,6 +76,9 @@ func controllerManagerOptions(o *Options) (*cmoptions.KubeControllerManagerOptio
 	// Node IPAM.
 	s.KubeCloudShared.ClusterCIDR = o.clusterCIDR()
 	s.KubeCloudShared.AllocateNodeCIDRs = o.AllocateNodeCIDRs
+	// The kube-controller-manager command's flag defaults to RangeAllocator;
+	// its options struct leaves it empty, which node IPAM refuses.
+	s.KubeCloudShared.CIDRAllocatorType = string(ipam.RangeAllocatorType)
 	s.KubeCloudShared.ConfigureCloudRoutes = false
 	if o.ServiceCIDR != nil {
 		s.NodeIPAMController.ServiceCIDR = o.ServiceCIDR.String()

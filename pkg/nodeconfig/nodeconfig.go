@@ -1,0 +1,150 @@
+// Package nodeconfig is what a server tells joining nodes about the cluster
+// beyond cluster-info: the CA of the clients allowed to call a kubelet (the
+// API server's kubelet client certificate chains to it) and the cluster DNS
+// settings. It lives in the ConfigMap kube-system/edgeplane-node-config,
+// readable by nodes and by bootstrap tokens, nothing else: an agent reads it
+// with its bootstrap token over a connection already pinned to the cluster
+// CA, before its kubelet starts.
+package nodeconfig
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/kubernetes"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+)
+
+// Names of the ConfigMap and of the Role and RoleBinding that open it.
+const (
+	Name      = "edgeplane-node-config"
+	Namespace = metav1.NamespaceSystem
+	roleName  = "edgeplane:node-config-reader"
+
+	keyClientCA      = "client-ca.crt"
+	keyClusterDomain = "cluster-domain"
+	keyClusterDNS    = "cluster-dns"
+)
+
+// Config is the cluster's settings for nodes.
+type Config struct {
+	// ClientCA is the PEM of the CA that signs the API server's kubelet
+	// client certificate.
+	ClientCA      []byte
+	ClusterDomain string
+	// ClusterDNS is the cluster DNS Service's address(es); may be empty.
+	ClusterDNS []net.IP
+}
+
+// Publish creates or updates the ConfigMap and its reader Role and binding.
+func Publish(ctx context.Context, client kubernetes.Interface, c Config) error {
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: Name, Namespace: Namespace, Labels: managedBy},
+		Data: map[string]string{
+			keyClientCA:      string(c.ClientCA),
+			keyClusterDomain: c.ClusterDomain,
+			keyClusterDNS:    joinIPs(c.ClusterDNS),
+		},
+	}
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: roleName, Namespace: Namespace, Labels: managedBy},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{Name}, Verbs: []string{"get"},
+		}},
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: roleName, Namespace: Namespace, Labels: managedBy},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: roleName},
+		Subjects: []rbacv1.Subject{
+			{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: user.NodesGroup},
+			{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: bootstrapapi.BootstrapDefaultGroup},
+		},
+	}
+	if err := createOrUpdate(ctx, client, cm); err != nil {
+		return err
+	}
+	if _, err := client.RbacV1().Roles(Namespace).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("nodeconfig: role: %w", err)
+	}
+	if _, err := client.RbacV1().RoleBindings(Namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("nodeconfig: role binding: %w", err)
+	}
+	return nil
+}
+
+var managedBy = map[string]string{"app.kubernetes.io/managed-by": "edgeplane"}
+
+func createOrUpdate(ctx context.Context, client kubernetes.Interface, cm *corev1.ConfigMap) error {
+	cur, err := client.CoreV1().ConfigMaps(Namespace).Get(ctx, Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = client.CoreV1().ConfigMaps(Namespace).Create(ctx, cm, metav1.CreateOptions{})
+		return wrap(err)
+	}
+	if err != nil {
+		return wrap(err)
+	}
+	if equalData(cur.Data, cm.Data) {
+		return nil
+	}
+	cur.Data = cm.Data
+	_, err = client.CoreV1().ConfigMaps(Namespace).Update(ctx, cur, metav1.UpdateOptions{})
+	return wrap(err)
+}
+
+func wrap(err error) error {
+	if err != nil {
+		return fmt.Errorf("nodeconfig: %s/%s: %w", Namespace, Name, err)
+	}
+	return nil
+}
+
+// Fetch reads the cluster's settings for nodes.
+func Fetch(ctx context.Context, client kubernetes.Interface) (Config, error) {
+	cm, err := client.CoreV1().ConfigMaps(Namespace).Get(ctx, Name, metav1.GetOptions{})
+	if err != nil {
+		return Config{}, wrap(err)
+	}
+	c := Config{ClientCA: []byte(cm.Data[keyClientCA]), ClusterDomain: cm.Data[keyClusterDomain]}
+	if len(c.ClientCA) == 0 {
+		return Config{}, errors.New("nodeconfig: the server published no client CA: upgrade the server")
+	}
+	for _, s := range strings.Split(cm.Data[keyClusterDNS], ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		ip := net.ParseIP(s)
+		if ip == nil {
+			return Config{}, fmt.Errorf("nodeconfig: cluster DNS %q is not an IP address", s)
+		}
+		c.ClusterDNS = append(c.ClusterDNS, ip)
+	}
+	return c, nil
+}
+
+func joinIPs(ips []net.IP) string {
+	s := make([]string, len(ips))
+	for i, ip := range ips {
+		s[i] = ip.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func equalData(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
