@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/edgeplane/edgeplane/internal/testenv"
 )
 
 func TestEnsureErrorsOnExistingPKI(t *testing.T) {
@@ -39,10 +41,12 @@ func TestEnsureErrorsOnExistingPKI(t *testing.T) {
 		}
 	}
 	tests := []struct {
-		name     string
-		rootOnly bool // false: skipped as root
-		mutate   func(t *testing.T, o *Options, p *PKI)
-		want     func(p *PKI) []string
+		name string
+		// unprivileged: runs as testenv.UnprivilegedUser when the tests run
+		// as root, who reads and writes regardless of file modes.
+		unprivileged bool
+		mutate       func(t *testing.T, o *Options, p *PKI)
+		want         func(p *PKI) []string
 	}{{
 		name:   "leaf key unreadable (a directory in its place)",
 		mutate: func(t *testing.T, _ *Options, p *PKI) { replaceWithDir(t, p.Admin.Key) },
@@ -52,11 +56,9 @@ func TestEnsureErrorsOnExistingPKI(t *testing.T) {
 		mutate: func(t *testing.T, _ *Options, p *PKI) { replaceWithDir(t, p.EtcdCA.Cert) },
 		want:   func(p *PKI) []string { return []string{"cannot read " + p.EtcdCA.Cert} },
 	}, {
-		name: "leaf key unreadable (mode 000)",
+		name:         "leaf key unreadable (mode 000)",
+		unprivileged: true,
 		mutate: func(t *testing.T, _ *Options, p *PKI) {
-			if os.Geteuid() == 0 {
-				t.Skip("root reads files regardless of their mode")
-			}
 			if err := os.Chmod(p.Scheduler.Key, 0); err != nil {
 				t.Fatal(err)
 			}
@@ -135,11 +137,9 @@ func TestEnsureErrorsOnExistingPKI(t *testing.T) {
 		mutate: func(t *testing.T, _ *Options, p *PKI) { replaceWithDir(t, p.SchedulerKubeconfig) },
 		want:   func(p *PKI) []string { return []string{"cannot read " + p.SchedulerKubeconfig} },
 	}, {
-		name: "tls directory not writable",
+		name:         "tls directory not writable",
+		unprivileged: true,
 		mutate: func(t *testing.T, o *Options, p *PKI) {
-			if os.Geteuid() == 0 {
-				t.Skip("root writes regardless of directory modes")
-			}
 			remove(t, p.Admin.Cert)
 			if err := os.Chmod(o.Dir, 0o500); err != nil {
 				t.Fatal(err)
@@ -150,6 +150,9 @@ func TestEnsureErrorsOnExistingPKI(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.unprivileged && testenv.AsUnprivileged(t) {
+				return
+			}
 			o := testOptions(t)
 			p := mustEnsure(t, o)
 			tc.mutate(t, &o, p)
@@ -181,9 +184,10 @@ func swapPub(t *testing.T, p *PKI) {
 
 func TestEnsureErrorsOnFreshDir(t *testing.T) {
 	tests := []struct {
-		name   string
-		mutate func(t *testing.T, o *Options)
-		want   func(o Options) []string
+		name         string
+		unprivileged bool // see TestEnsureErrorsOnExistingPKI
+		mutate       func(t *testing.T, o *Options)
+		want         func(o Options) []string
 	}{{
 		name:   "clock in 1970 on first start",
 		mutate: func(_ *testing.T, o *Options) { o.Now = clock(time.Unix(5, 0)) },
@@ -210,11 +214,9 @@ func TestEnsureErrorsOnFreshDir(t *testing.T) {
 		},
 		want: func(o Options) []string { return []string{"directory " + o.Dir, "not a directory"} },
 	}, {
-		name: "data directory not writable",
+		name:         "data directory not writable",
+		unprivileged: true,
 		mutate: func(t *testing.T, o *Options) {
-			if os.Geteuid() == 0 {
-				t.Skip("root writes regardless of directory modes")
-			}
 			if err := os.Chmod(filepath.Dir(o.Dir), 0o500); err != nil {
 				t.Fatal(err)
 			}
@@ -228,6 +230,9 @@ func TestEnsureErrorsOnFreshDir(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.unprivileged && testenv.AsUnprivileged(t) {
+				return
+			}
 			o := testOptions(t)
 			tc.mutate(t, &o)
 			root := filepath.Dir(o.Dir)
@@ -236,6 +241,36 @@ func TestEnsureErrorsOnFreshDir(t *testing.T) {
 			wantErrContains(t, err, tc.want(o)...)
 			if got := changed(before, snapshot(t, root)); len(got) != 0 {
 				t.Errorf("failed Ensure changed %v", got)
+			}
+		})
+	}
+}
+
+// TestLeafLifetimeFromEnvGate keeps the test knob a test one: only
+// test-scale lifetimes are accepted, everything else is refused by name.
+func TestLeafLifetimeFromEnvGate(t *testing.T) {
+	for _, tc := range []struct {
+		env     string
+		want    time.Duration
+		wantErr bool
+	}{
+		{env: "", want: 0},
+		{env: "40s", want: 40 * time.Second},
+		{env: "1h", want: time.Hour},
+		{env: "9s", wantErr: true},
+		{env: "61m", wantErr: true},
+		{env: "8760h", wantErr: true},
+		{env: "forty", wantErr: true},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Setenv(LeafLifetimeEnv, tc.env)
+			got, err := LeafLifetimeFromEnv()
+			if tc.wantErr {
+				wantErrContains(t, err, LeafLifetimeEnv, "test knob", "unset it")
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("LeafLifetimeFromEnv() = %v, %v; want %v", got, err, tc.want)
 			}
 		})
 	}

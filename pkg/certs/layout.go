@@ -7,25 +7,36 @@ import (
 	"time"
 )
 
-// LeafLifetimeEnv names an environment variable that shortens the lifetime of
-// newly issued leaf certificates (a Go duration such as "40s"). It exists for
-// tests that watch certificates being renewed while the server runs; do not
-// set it in production.
+// LeafLifetimeEnv names a test knob, not a setting: an environment variable
+// that shortens the lifetime of newly issued leaf certificates (a Go duration
+// such as "40s") and, in the server, makes client-go re-read client
+// certificate files process-wide that often. It exists for tests that watch
+// certificates being renewed while the server runs. It is gated so that no
+// production environment sets it by accident: only test-scale lifetimes,
+// from minLeafValidity to maxLeafValidity, are accepted, and any other value
+// stops the server with an error (there is no config file key or flag).
 const LeafLifetimeEnv = "EDGEPLANE_TEST_LEAF_LIFETIME"
 
-// minLeafValidity keeps even test certificates usable for a few round trips.
-const minLeafValidity = 10 * time.Second
+// minLeafValidity keeps even test certificates usable for a few round trips;
+// maxLeafValidity keeps the knob a test one: a lifetime anyone would choose
+// for a real cluster is refused.
+const (
+	minLeafValidity = 10 * time.Second
+	maxLeafValidity = time.Hour
+)
 
-// LeafLifetimeFromEnv returns the lifetime set by LeafLifetimeEnv, or 0 (the
-// default of one year) when it is unset.
+// LeafLifetimeFromEnv returns the lifetime set by the test knob
+// LeafLifetimeEnv, or 0 (the default of one year) when it is unset; a value
+// outside the test range is an error.
 func LeafLifetimeFromEnv() (time.Duration, error) {
 	v := os.Getenv(LeafLifetimeEnv)
 	if v == "" {
 		return 0, nil
 	}
 	d, err := time.ParseDuration(v)
-	if err != nil || d < minLeafValidity {
-		return 0, fmt.Errorf("%s=%q: want a duration of at least %v", LeafLifetimeEnv, v, minLeafValidity)
+	if err != nil || d < minLeafValidity || d > maxLeafValidity {
+		return 0, fmt.Errorf("%s=%q: this is a test knob that shortens certificate lifetimes, accepted only from %v to %v; "+
+			"unset it (edgeplane issues one-year certificates and renews them itself)", LeafLifetimeEnv, v, minLeafValidity, maxLeafValidity)
 	}
 	return d, nil
 }

@@ -1,0 +1,172 @@
+// Package testenv holds the one rule for tests that cannot run everywhere.
+//
+// A test that needs something of the machine (a tool, a permission, a
+// filesystem feature, a host address) calls Require. On a developer's machine
+// a missing precondition skips the test with what to install or change; under
+// CI=true it fails it, because CI installs everything the suite needs
+// (.ci/run) and a skip there would hide a test that never ran.
+//
+// The only skips allowed under CI=true are the by-design ones in ByDesign,
+// each with its reason: tests opted out of the default run on purpose (their
+// full form, or their own make target). testing.Short() skips are not listed:
+// `make unit` (-short) runs no integration test by design, and CI never
+// passes -short.
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// ByDesign is the one list of skips that are not failures under CI=true,
+// keyed by the name tests pass to SkipByDesign.
+var ByDesign = map[string]string{
+	// make reliability: minutes to hours each; make test runs a short form of
+	// every one of these scenarios.
+	"reliability-full": "full form of a reliability scenario; runs with EDGEPLANE_RELIABILITY_FULL=1 (make reliability), " +
+		"and make test runs its short form",
+	// make test-qemu, which .ci/run runs after make test.
+	"qemu": "cross-builds linux/arm64 (minutes on a cold cache); runs with EDGEPLANE_TEST_QEMU=1 (make test-qemu, run by .ci/run)",
+}
+
+// CI reports whether the tests run in CI (CI=true), where a missing
+// precondition is a failure.
+func CI() bool { return os.Getenv("CI") == "true" }
+
+// SkipByDesign skips t for the listed reason name; an unlisted name fails the
+// test, so every by-design skip is in ByDesign.
+func SkipByDesign(t testing.TB, name string) {
+	t.Helper()
+	reason, ok := ByDesign[name]
+	if !ok {
+		t.Fatalf("testenv: skip %q is not in testenv.ByDesign: list it there with its reason, or make the test run", name)
+	}
+	t.Skipf("by design (%s): %s", name, reason)
+}
+
+// Require skips t (fails it under CI=true) when err says that a
+// precondition does not hold; what names the precondition and how to meet it.
+func Require(t testing.TB, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if CI() {
+		t.Fatalf("precondition missing under CI=true (a failure, not a skip): %s: %v", what, err)
+	}
+	t.Skipf("precondition missing: %s: %v (under CI=true this fails)", what, err)
+}
+
+// Tool returns the path of the first of names found on the PATH, requiring
+// (see Require) that one is; install says how to get it.
+func Tool(t testing.TB, install string, names ...string) string {
+	t.Helper()
+	var err error
+	for _, name := range names {
+		var path string
+		if path, err = exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	Require(t, fmt.Sprintf("%s on the PATH (%s)", strings.Join(names, " or "), install), err)
+	return ""
+}
+
+// UnprivilegedUser is who runs what root would get wrong: root reads and
+// writes regardless of file modes, and PostgreSQL refuses to run as root.
+const UnprivilegedUser = "nobody"
+
+// Unprivileged returns the credential of UnprivilegedUser and its uid and
+// gid, requiring (see Require) that the user exists.
+func Unprivileged(t testing.TB) (cred *syscall.Credential, uid, gid int) {
+	t.Helper()
+	u, err := user.Lookup(UnprivilegedUser)
+	Require(t, fmt.Sprintf("a %q user to run checks that root would pass regardless", UnprivilegedUser), err)
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid, gid
+}
+
+// SharedDir makes a directory that UnprivilegedUser can enter and read (0755
+// up to the system's temporary directory; t.TempDir's parent is private to
+// root), removed when t ends.
+func SharedDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "edgeplane-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// rerunEnv marks the copy of a test that AsUnprivileged runs.
+const rerunEnv = "EDGEPLANE_TESTENV_UNPRIVILEGED"
+
+// AsUnprivileged makes the test t run as a user that file modes apply to.
+// When the test process is not root it returns false and t goes on as is.
+// As root it runs this test binary again as UnprivilegedUser, limited to t
+// (-test.run), fails t with the copy's output if that copy fails or does not
+// run t, and returns true: the caller returns at once.
+func AsUnprivileged(t *testing.T) bool {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return false
+	}
+	if os.Getenv(rerunEnv) != "" {
+		t.Fatalf("%s is set but the test runs as root: the unprivileged copy did not drop root", rerunEnv)
+	}
+	cred, uid, gid := Unprivileged(t)
+	dir := SharedDir(t)
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(tmp, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, filepath.Base(self))
+	if err := copyFile(self, bin, 0o755); err != nil {
+		t.Fatalf("copy the test binary for %s: %v", UnprivilegedUser, err)
+	}
+	var pattern []string
+	for _, part := range strings.Split(t.Name(), "/") {
+		pattern = append(pattern, "^"+regexp.QuoteMeta(part)+"$")
+	}
+	cmd := exec.Command(bin, "-test.run", strings.Join(pattern, "/"), "-test.count=1", "-test.v")
+	cmd.Dir = tmp
+	cmd.Env = append(os.Environ(), rerunEnv+"=1", "TMPDIR="+tmp, "HOME="+tmp)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s as %s: %v\n%s", t.Name(), UnprivilegedUser, err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: "+t.Name()+" ") {
+		t.Fatalf("%s as %s did not run and pass (skipped or filtered out):\n%s", t.Name(), UnprivilegedUser, out)
+	}
+	t.Logf("ran as %s: passed", UnprivilegedUser)
+	return true
+}
+
+func copyFile(from, to string, mode os.FileMode) error {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, data, mode)
+}
