@@ -42,6 +42,7 @@ type Options struct {
 	MaxConnections      int
 	Day2                Day2Options
 	Cluster             ClusterOptions
+	Node                NodeOptions
 }
 
 // NewOptions returns the defaults.
@@ -56,9 +57,11 @@ func NewOptions() *Options {
 		WriteKubeconfigMode: "0600",
 		CompactionInterval:  15 * time.Minute,
 		ClusterCIDR:         controllers.DefaultClusterCIDR,
+		AllocateNodeCIDRs:   true,
 		Profile:             ProfileAuto,
 		Day2:                newDay2Options(),
 		Cluster:             newClusterOptions(),
+		Node:                newNodeOptions(),
 	}
 }
 
@@ -88,11 +91,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.CompactionInterval, "compaction-interval", o.CompactionInterval, "How often the API server compacts old revisions in the datastore (0 turns it off; see docs/FLASH.md).")
 	fs.StringSliceVar(&o.Disable, "disable", o.Disable, "Components not to run, comma-separated (repeatable): "+strings.Join(disableable, ", ")+".")
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", o.ClusterCIDR, "Pod network: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma.")
-	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", o.AllocateNodeCIDRs, "Give each Node a pod CIDR from --cluster-cidr.")
+	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", o.AllocateNodeCIDRs, "Give each Node a pod CIDR from --cluster-cidr (nodes need one for the pod network).")
 	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, fmt.Sprintf("Most open connections to the API port; new ones are closed at once while this many are open (0: the profile's, %d default, %d small).", defaultMaxConnections, smallMaxConnections))
 	fs.StringVar(&o.Profile, "profile", o.Profile, "Resource profile: "+strings.Join(profiles, ", ")+". small is for 512 MB-1 GB boards (less memory; no OpenAPI v2 document); auto picks small on hosts with 1.5 GiB of memory or less.")
 	o.Day2.AddFlags(fs)
 	o.Cluster.AddFlags(fs)
+	o.Node.AddFlags(fs)
 }
 
 // completedOptions holds defaulted and parsed options. It is private so that
@@ -121,6 +125,8 @@ type completedOptions struct {
 	HostMemory uint64
 	Day2       day2Completed
 	Cluster    clusterCompleted
+	// Node is this server's own node, when a container runtime is there.
+	Node nodeCompleted
 
 	// problems found while parsing, reported by Validate with the rest.
 	problems []error
@@ -160,6 +166,9 @@ func (o *Options) Complete() (CompletedOptions, error) {
 		return CompletedOptions{}, fmt.Errorf("read the hostname: %w", err)
 	}
 	c.Hostname = strings.ToLower(hostname)
+	var nodeErrs []error
+	c.Node, nodeErrs = o.Node.complete(c.Hostname)
+	c.problems = append(c.problems, nodeErrs...)
 
 	switch {
 	case o.AdvertiseAddress != "":

@@ -18,6 +18,7 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/chain"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
+	"github.com/edgeplane/edgeplane/pkg/kubelet"
 	"github.com/edgeplane/edgeplane/pkg/wear"
 )
 
@@ -52,6 +53,8 @@ type server struct {
 	// checks are the /readyz checks of the components started after the chain.
 	checks  map[string]*componentCheck
 	started time.Time
+	// kubelet is this server's own node's, when it runs one.
+	kubelet *kubelet.Kubelet
 }
 
 // start runs every start-up phase; on error, what started is stopped and the
@@ -169,6 +172,12 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	if err := etcdJoin.publish(ctx, pki); err != nil {
 		return nil, err
 	}
+	if err := s.publishNodeConfig(ctx, o); err != nil {
+		return nil, err
+	}
+	if err := s.startNode(ctx, o, port); err != nil {
+		return nil, err
+	}
 
 	if o.WriteKubeconfig != "" {
 		if err := copyKubeconfig(pki.AdminKubeconfig, o.WriteKubeconfig, o.KubeconfigMode); err != nil {
@@ -195,6 +204,9 @@ func (s *server) wait(ctx context.Context) error {
 	case <-s.chain.Done():
 		cause = fmt.Errorf("apiserver stopped unexpectedly: %v", s.chain.Err())
 		logger.Error(cause, "Shutting down")
+	case <-s.kubeletDone():
+		cause = fmt.Errorf("kubelet stopped unexpectedly: %v", s.kubelet.Err())
+		logger.Error(cause, "Shutting down")
 	}
 	notifyStopping(ctx)
 	begin := time.Now()
@@ -204,6 +216,14 @@ func (s *server) wait(ctx context.Context) error {
 		logger.Info("edgeplane stopped", "duration", time.Since(begin).Round(time.Millisecond))
 	}
 	return errors.Join(cause, err)
+}
+
+// kubeletDone is the kubelet's Done, or nil (never ready) without one.
+func (s *server) kubeletDone() <-chan struct{} {
+	if s.kubelet == nil {
+		return nil
+	}
+	return s.kubelet.Done()
 }
 
 // chainFiles maps the PKI onto the files the chain needs.

@@ -10,8 +10,11 @@ import (
 const configFlag = "config"
 
 // addConfigFlag adds --config to a command whose other flags a config file sets.
-func addConfigFlag(fs *pflag.FlagSet) {
-	fs.String(configFlag, config.DefaultPath, "Config file: YAML whose keys are the long flag names, lists for repeatable flags; "+
+func addConfigFlag(fs *pflag.FlagSet) { addConfigFlagFor(fs, config.DefaultPath) }
+
+// addConfigFlagFor is addConfigFlag with another default file.
+func addConfigFlagFor(fs *pflag.FlagSet, defaultPath string) {
+	fs.String(configFlag, defaultPath, "Config file: YAML whose keys are the long flag names, lists for repeatable flags; "+
 		"read when it exists, then drop-ins in <file>"+config.DropInSuffix+"/*.yaml in name order. Flags on the command line win. Empty: no config file.")
 }
 

@@ -45,7 +45,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	addKlogFlags(root.PersistentFlags())
-	root.AddCommand(newServerCommand(), newVersionCommand(), newKubectlCommand(), newCheckCommand())
+	root.AddCommand(newServerCommand(), newAgentCommand(), newVersionCommand(), newKubectlCommand(), newCheckCommand())
 	root.AddCommand(newCertsCommand(), newSnapshotCommand(), newSecretsEncryptCommand())
 	root.AddCommand(newTokenCommand(), newEtcdCommand())
 	return root

@@ -1,0 +1,202 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	"github.com/edgeplane/edgeplane/pkg/agent"
+	"github.com/edgeplane/edgeplane/pkg/criruntime"
+	"github.com/edgeplane/edgeplane/pkg/kubelet"
+	"github.com/edgeplane/edgeplane/pkg/nodetoken"
+	"github.com/edgeplane/edgeplane/pkg/sdnotify"
+)
+
+// AgentOptions are the flags of `edgeplane agent`.
+type AgentOptions struct {
+	DataDir    string
+	Server     string
+	Token      string
+	CACertHash string
+	Node       NodeOptions
+}
+
+// NewAgentOptions returns the defaults.
+func NewAgentOptions() *AgentOptions {
+	return &AgentOptions{DataDir: defaultDataDir(), Node: newNodeOptions()}
+}
+
+// AddFlags binds the options to fs.
+func (o *AgentOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for the node's credentials, kubelet state and airgap images (<data-dir>/agent, created 0700).")
+	fs.StringVar(&o.Server, "server", o.Server, "URL of a server of the cluster, https://HOST:6443.")
+	fs.StringVar(&o.Token, "token", o.Token, "Node token, K10<ca-hash>::<id>.<secret>, as `edgeplane token --node` or `edgeplane token create` print on a server.")
+	fs.StringVar(&o.CACertHash, "ca-cert-hash", o.CACertHash, "With a bare <id>.<secret> token (kubeadm's form): the cluster CA's pin, sha256:<hex>, as kubeadm's --discovery-token-ca-cert-hash.")
+	o.Node.AddFlags(fs)
+}
+
+// agentCompleted are AgentOptions after Complete.
+type agentCompleted struct {
+	DataDir  string
+	Server   string
+	Token    nodetoken.Token
+	Node     nodeCompleted
+	problems []error
+}
+
+// CompletedAgentOptions are AgentOptions after Complete; Validate them before use.
+type CompletedAgentOptions struct{ *agentCompleted }
+
+// Complete parses the options; problems are kept for Validate.
+func (o *AgentOptions) Complete() (CompletedAgentOptions, error) {
+	c := &agentCompleted{}
+	bad := func(err error) { c.problems = append(c.problems, err) }
+	if o.DataDir == "" {
+		bad(errors.New("--data-dir must not be empty"))
+	} else if abs, err := filepath.Abs(o.DataDir); err != nil {
+		bad(fmt.Errorf("--data-dir %q: %v", o.DataDir, err))
+	} else {
+		c.DataDir = abs
+	}
+	switch u, err := url.Parse(strings.TrimSpace(o.Server)); {
+	case o.Server == "":
+		bad(errors.New("--server is required: the URL of a server, https://HOST:6443"))
+	case err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/"):
+		bad(fmt.Errorf("--server %q: want https://HOST:PORT", o.Server))
+	default:
+		c.Server = "https://" + u.Host
+	}
+	if o.Token == "" {
+		bad(errors.New("--token is required: run `edgeplane token --node` on a server to print one"))
+	} else if t, err := nodetoken.Parse(o.Token); err != nil {
+		bad(fmt.Errorf("--token: %w", err))
+	} else {
+		if o.CACertHash != "" {
+			if t, err = t.WithCAPin(o.CACertHash); err != nil {
+				bad(fmt.Errorf("--ca-cert-hash: %w", err))
+			}
+		}
+		if err == nil && !t.Pinned() {
+			bad(errors.New("--token pins no cluster CA, so the first contact could be intercepted: use the K10<ca-hash>::<id>.<secret> form that `edgeplane token --node` prints, or pass --ca-cert-hash sha256:<hex>"))
+		}
+		c.Token = t
+	}
+	hostname, err := defaultHostname()
+	if err != nil {
+		return CompletedAgentOptions{}, err
+	}
+	var nodeErrs []error
+	c.Node, nodeErrs = o.Node.complete(hostname)
+	c.problems = append(c.problems, nodeErrs...)
+	return CompletedAgentOptions{c}, nil
+}
+
+// Validate returns every problem with the options.
+func (c CompletedAgentOptions) Validate() []error {
+	errs := slices.Clone(c.problems)
+	k := c.Node.kubeletOptions(agent.PathsIn("/"), "unix:///x", "/x", "cluster.local", nil)
+	for _, err := range k.Validate() {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// RunAgent joins this host to a cluster as a node and runs its kubelet until
+// ctx ends or the kubelet stops. In order: the cluster CA is discovered with
+// the token and checked against its pin (nothing is written before), the
+// node's credentials and the cluster's node settings are fetched, the
+// container runtime is found, the airgap images imported, and the kubelet
+// started; the pod network is written when the node gets a pod CIDR. It
+// notifies systemd once the node is Ready.
+func RunAgent(ctx context.Context, o CompletedAgentOptions) error {
+	logger := klog.FromContext(ctx)
+	begin := time.Now()
+	logger.Info("Starting edgeplane agent", "server", o.Server, "node", o.Node.Name)
+	paths := agent.PathsIn(filepath.Join(o.DataDir, agentDirName))
+
+	nc, err := agent.Join(ctx, agent.JoinConfig{Server: o.Server, Token: o.Token, NodeName: o.Node.Name, Paths: paths})
+	if err != nil {
+		return err
+	}
+	lock, err := prepareDataDir(paths.Dir)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
+
+	rt, err := criruntime.Detect(ctx, o.Node.RuntimeEndpoint)
+	if err != nil {
+		return err
+	}
+	for _, w := range rt.Warnings {
+		logger.Info("Container runtime: "+w, "runtime", rt.Name, "version", rt.Version)
+	}
+	kopts := o.Node.kubeletOptions(paths, rt.Endpoint, paths.ClientCA, nc.ClusterDomain, nc.ClusterDNS)
+	kopts.BootstrapKubeconfig = paths.BootstrapKubeconfig
+	k, err := kubelet.New(kopts)
+	if err != nil {
+		return err
+	}
+	var mgr manager
+	defer func() { _ = mgr.stopAll(context.WithoutCancel(ctx), stopTimeout) }()
+	for _, c := range []Component{
+		&agent.Images{Dir: paths.Images, RuntimeEndpoint: rt.Endpoint, Pinned: []string{o.Node.PauseImage}},
+		k,
+		&agent.PodNetwork{Node: o.Node.Name, Kubeconfig: paths.Kubeconfig, ConfDir: o.Node.CNIConfDir},
+	} {
+		if err := mgr.start(ctx, c, stopTimeout); err != nil {
+			return err
+		}
+	}
+
+	go func() {
+		if err := waitNodeReady(ctx, paths.Kubeconfig, o.Node.Name); err == nil {
+			logger.Info(fmt.Sprintf("edgeplane agent ready in %.1f s: node %s is Ready", time.Since(begin).Seconds(), o.Node.Name))
+			notify(ctx, sdnotify.Ready+"\nSTATUS=node "+o.Node.Name+" is Ready")
+		}
+	}()
+	select {
+	case <-ctx.Done():
+		logger.Info("Shutting down the agent")
+		notifyStopping(ctx)
+		return nil
+	case <-k.Done():
+		return fmt.Errorf("kubelet stopped unexpectedly: %v", k.Err())
+	}
+}
+
+// waitNodeReady polls the node's Ready condition with the node's own
+// credentials (the kubeconfig TLS bootstrap writes).
+func waitNodeReady(ctx context.Context, kubeconfig, node string) error {
+	return wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		if _, err := os.Stat(kubeconfig); err != nil {
+			return false, nil
+		}
+		client, err := adminClient(kubeconfig)
+		if err != nil {
+			return false, nil
+		}
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+}

@@ -1,0 +1,149 @@
+package bootstrap
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/edgeplane/edgeplane/pkg/agent"
+	"github.com/edgeplane/edgeplane/pkg/cni"
+	"github.com/edgeplane/edgeplane/pkg/kubelet"
+)
+
+// componentKubelet is the --disable name of a server's own node.
+const componentKubelet = "kubelet"
+
+// defaultPauseImage is the sandbox image of Debian's and upstream's
+// containerd 1.6 configuration; edgeplane pins it when it imports it from
+// the airgap directory, so that the kubelet's image GC keeps it.
+const defaultPauseImage = "registry.k8s.io/pause:3.6"
+
+// NodeOptions are the flags of a node, shared by `edgeplane agent` and by a
+// server that is its own node.
+type NodeOptions struct {
+	NodeName        string
+	NodeIPs         []string
+	NodeLabels      []string
+	NodeTaints      []string
+	RuntimeEndpoint string
+	KubeletArgs     []string
+	CNIConfDir      string
+	PauseImage      string
+}
+
+func newNodeOptions() NodeOptions {
+	return NodeOptions{CNIConfDir: cni.DefaultConfDir, PauseImage: defaultPauseImage}
+}
+
+// AddFlags binds the node's flags to fs.
+func (o *NodeOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of this node (default: the host name, in lower case).")
+	fs.StringSliceVar(&o.NodeIPs, "node-ip", o.NodeIPs, "IP address of this node (an IPv4 and an IPv6 address for dual stack; default: the address of the default route's interface).")
+	fs.StringArrayVar(&o.NodeLabels, "node-label", o.NodeLabels, "Label key=value set on the node when it registers (repeatable).")
+	fs.StringArrayVar(&o.NodeTaints, "node-taint", o.NodeTaints, "Taint key=value:Effect set on the node when it registers (repeatable).")
+	fs.StringVar(&o.RuntimeEndpoint, "container-runtime-endpoint", o.RuntimeEndpoint, "CRI socket of the container runtime, unix:///path (default: containerd's or CRI-O's usual socket, whichever answers).")
+	fs.StringArrayVar(&o.KubeletArgs, "kubelet-arg", o.KubeletArgs, "Kubelet flag name=value, without dashes (repeatable); overrides edgeplane's setting of it.")
+	fs.StringVar(&o.CNIConfDir, "cni-conf-dir", o.CNIConfDir, "Directory the container runtime reads CNI network configurations from; edgeplane writes the node's pod network there.")
+	fs.StringVar(&o.PauseImage, "pause-image", o.PauseImage, "Sandbox (pause) image the container runtime is configured with (containerd: sandbox_image); kept from image garbage collection when imported from the airgap directory.")
+}
+
+// nodeCompleted are parsed NodeOptions.
+type nodeCompleted struct {
+	Name            string
+	IPs             []net.IP
+	Labels          map[string]string
+	Taints          []corev1.Taint
+	RuntimeEndpoint string
+	KubeletArgs     []string
+	CNIConfDir      string
+	PauseImage      string
+}
+
+// complete parses the node options; hostname is the default node name.
+func (o *NodeOptions) complete(hostname string) (nodeCompleted, []error) {
+	var errs []error
+	c := nodeCompleted{
+		Name:        strings.ToLower(strings.TrimSpace(o.NodeName)),
+		Labels:      map[string]string{},
+		KubeletArgs: o.KubeletArgs,
+		PauseImage:  strings.TrimSpace(o.PauseImage),
+	}
+	if c.Name == "" {
+		c.Name = strings.ToLower(hostname)
+	}
+	for _, s := range o.NodeIPs {
+		ip := net.ParseIP(strings.TrimSpace(s))
+		if ip == nil {
+			errs = append(errs, fmt.Errorf("--node-ip %q is not an IP address", s))
+			continue
+		}
+		c.IPs = append(c.IPs, ip)
+	}
+	for _, s := range o.NodeLabels {
+		k, v, err := kubelet.ParseLabel(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--node-label: %w", err))
+			continue
+		}
+		c.Labels[k] = v
+	}
+	for _, s := range o.NodeTaints {
+		t, err := kubelet.ParseTaint(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--node-taint: %w", err))
+			continue
+		}
+		c.Taints = append(c.Taints, t)
+	}
+	errs = append(errs, kubelet.ValidateArgs(o.KubeletArgs)...)
+	if ep := strings.TrimSpace(o.RuntimeEndpoint); ep != "" {
+		if !strings.Contains(ep, "://") {
+			ep = "unix://" + ep
+		}
+		if !strings.HasPrefix(ep, "unix://") {
+			errs = append(errs, fmt.Errorf("--container-runtime-endpoint %q: give a unix socket, unix:///run/containerd/containerd.sock", o.RuntimeEndpoint))
+		}
+		c.RuntimeEndpoint = ep
+	}
+	if dir := strings.TrimSpace(o.CNIConfDir); dir == "" {
+		errs = append(errs, fmt.Errorf("--cni-conf-dir must not be empty"))
+	} else if abs, err := filepath.Abs(dir); err != nil {
+		errs = append(errs, fmt.Errorf("--cni-conf-dir %q: %v", dir, err))
+	} else {
+		c.CNIConfDir = abs
+	}
+	return c, errs
+}
+
+// kubeletOptions fills the kubelet's options for this node; dir is the
+// node's files (under <data-dir>/agent).
+func (c nodeCompleted) kubeletOptions(p agent.Paths, runtimeEndpoint, clientCA, clusterDomain string, clusterDNS []net.IP) kubelet.Options {
+	return kubelet.Options{
+		NodeName:        c.Name,
+		NodeIPs:         c.IPs,
+		NodeLabels:      c.Labels,
+		NodeTaints:      c.Taints,
+		RootDir:         p.RootDir,
+		CertDir:         p.CertDir,
+		Kubeconfig:      p.Kubeconfig,
+		ClientCAFile:    clientCA,
+		RuntimeEndpoint: runtimeEndpoint,
+		ClusterDomain:   clusterDomain,
+		ClusterDNS:      clusterDNS,
+		ExtraArgs:       c.KubeletArgs,
+	}
+}
+
+// defaultHostname is the host's name, for the default node name.
+func defaultHostname() (string, error) {
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("read the hostname: %w", err)
+	}
+	return h, nil
+}

@@ -1,0 +1,95 @@
+package cni
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRender(t *testing.T) {
+	data, err := Render(Config{PodCIDRs: []string{"10.42.3.0/24", "fd00:42:0:3::/64"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf struct {
+		CNIVersion string `json:"cniVersion"`
+		Name       string `json:"name"`
+		Plugins    []struct {
+			Type             string `json:"type"`
+			Bridge           string `json:"bridge"`
+			IsDefaultGateway bool   `json:"isDefaultGateway"`
+			IPAM             struct {
+				Type   string                `json:"type"`
+				Ranges [][]map[string]string `json:"ranges"`
+				Routes []any                 `json:"routes"`
+			} `json:"ipam"`
+		} `json:"plugins"`
+	}
+	if err := json.Unmarshal(data, &conf); err != nil {
+		t.Fatal(err)
+	}
+	if conf.Name != NetworkName || len(conf.Plugins) != 2 || conf.Plugins[0].Type != "bridge" || conf.Plugins[1].Type != "portmap" {
+		t.Fatalf("conflist = %s", data)
+	}
+	b := conf.Plugins[0]
+	if b.Bridge != DefaultBridge || !b.IsDefaultGateway || b.IPAM.Type != "host-local" {
+		t.Errorf("bridge plugin = %+v", b)
+	}
+	if len(b.IPAM.Ranges) != 2 || b.IPAM.Ranges[0][0]["subnet"] != "10.42.3.0/24" || b.IPAM.Ranges[1][0]["subnet"] != "fd00:42:0:3::/64" {
+		t.Errorf("ranges = %v", b.IPAM.Ranges)
+	}
+	// The bridge adds the default route; one in ipam too fails ("file exists").
+	if len(b.IPAM.Routes) != 0 {
+		t.Errorf("ipam routes = %v, want none", b.IPAM.Routes)
+	}
+	for _, bad := range []Config{{}, {PodCIDRs: []string{"10.42.3.0"}}} {
+		if _, err := Render(bad); err == nil {
+			t.Errorf("Render(%+v) succeeded", bad)
+		}
+	}
+}
+
+func TestWrite(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "net.d")
+	c := Config{PodCIDRs: []string{"10.42.0.0/24"}}
+	for i, want := range []bool{true, false} {
+		changed, err := Write(dir, c)
+		if err != nil || changed != want {
+			t.Fatalf("write %d: changed %v, %v; want %v", i, changed, err, want)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 1 || entries[0].Name() != ConfFileName {
+		t.Fatalf("dir holds %v (%v), want only %s", entries, err, ConfFileName)
+	}
+	c.PodCIDRs = []string{"10.42.1.0/24"}
+	if changed, err := Write(dir, c); err != nil || !changed {
+		t.Fatalf("rewrite: changed %v, %v", changed, err)
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, ConfFileName))
+	if !strings.Contains(string(data), "10.42.1.0/24") {
+		t.Errorf("file not rewritten: %s", data)
+	}
+}
+
+func TestFindPluginDir(t *testing.T) {
+	full, partial := t.TempDir(), t.TempDir()
+	for _, p := range requiredPlugins {
+		if err := os.WriteFile(filepath.Join(full, p), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(partial, "bridge"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if dir, err := FindPluginDir(partial, full); err != nil || dir != full {
+		t.Errorf("FindPluginDir = %q, %v; want %q", dir, err, full)
+	}
+	_, err := FindPluginDir(partial)
+	if !errors.Is(err, ErrNoPlugins) || !strings.Contains(err.Error(), "lacks host-local, portmap, loopback") || !strings.Contains(err.Error(), "apt-get install containernetworking-plugins") {
+		t.Errorf("FindPluginDir(partial) = %v", err)
+	}
+}
