@@ -52,10 +52,10 @@ func TestControllers(t *testing.T) {
 	}
 	t.Run("disabled", func(t *testing.T) { testDisabled(t) })
 	t.Run("bad flags", func(t *testing.T) {
-		out, code := runToExit(t, t.TempDir(), "--disable", "scheduler,kubelet", "--cluster-cidr", "10.43.0.0/25",
+		out, code := runToExit(t, t.TempDir(), "--disable", "scheduler,telemetry", "--cluster-cidr", "10.43.0.0/25",
 			"--allocate-node-cidrs")
 		wantExit(t, code, out)
-		for _, want := range []string{`--disable "kubelet" is not one of: controller-manager, scheduler`,
+		for _, want := range []string{`--disable "telemetry" is not one of: controller-manager, scheduler, kubelet`,
 			"--cluster-cidr 10.43.0.0/25 overlaps --service-cidr 10.43.0.0/16", "smaller than one node's /24", "3 problems"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -89,8 +90,14 @@ type server struct {
 var readyLine = regexp.MustCompile(`edgeplane ready in ([0-9.]+) s, kubeconfig at ([^"\s]+)`)
 
 // command prepares edgeplane with args on dataDir, bound to loopback on a free port.
+// Unless the test names a container runtime, the server is a control plane
+// only: a host that runs containerd would otherwise make every test server a
+// node, all of them on the kubelet's one port.
 func command(dataDir string, args ...string) *exec.Cmd {
 	base := []string{"server", "--data-dir", dataDir, "--bind-address", "127.0.0.1", "--https-port", "0"}
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--container-runtime-endpoint") }) {
+		base = append(base, "--disable=kubelet")
+	}
 	return exec.Command(binary, append(base, args...)...)
 }
 
