@@ -165,7 +165,7 @@ func readSmall(r io.Reader, h *tar.Header) ([]byte, error) {
 	}
 	b, err := io.ReadAll(io.LimitReader(r, h.Size))
 	if err != nil {
-		return nil, fmt.Errorf("read: %w", err)
+		return nil, fmt.Errorf("read: %w (truncated or corrupt file)", err)
 	}
 	if int64(len(b)) != h.Size {
 		return nil, fmt.Errorf("truncated: %d of %d bytes", len(b), h.Size)

@@ -207,7 +207,7 @@ func (c *client) writeBlob(ctx context.Context, lease, digest string, size int64
 			break
 		}
 		if rerr != nil {
-			return fmt.Errorf("read blob %s: %w", digest, rerr)
+			return fmt.Errorf("read blob %s: %w (truncated or corrupt file)", digest, rerr)
 		}
 	}
 	err = send(&contentapi.WriteContentRequest{
