@@ -1,11 +1,13 @@
 package chain
 
 import (
+	"os"
 	"slices"
 	"testing"
 	"time"
 
 	"k8s.io/kubernetes/pkg/controlplane/reconcilers"
+	"sigs.k8s.io/yaml"
 )
 
 func TestTimelineObserve(t *testing.T) {
@@ -77,5 +79,28 @@ func TestWriteAuthenticationConfig(t *testing.T) {
 	again, err := writeAuthenticationConfig(dir)
 	if err != nil || again != path {
 		t.Fatalf("second write: %q, %v", again, err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Anonymous struct {
+			Enabled    bool `json:"enabled"`
+			Conditions []struct {
+				Path string `json:"path"`
+			} `json:"conditions"`
+		} `json:"anonymous"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, c := range doc.Anonymous.Conditions {
+		paths = append(paths, c.Path)
+	}
+	want := []string{"/healthz", "/livez", "/readyz", "/api/v1/namespaces/kube-public/configmaps/cluster-info"}
+	if !doc.Anonymous.Enabled || !slices.Equal(paths, want) {
+		t.Errorf("anonymous = %v %q, want exactly the paths %q", doc.Anonymous.Enabled, paths, want)
 	}
 }

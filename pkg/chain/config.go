@@ -102,18 +102,21 @@ func (c *Config) validate() error {
 	return utilerrors.NewAggregate(errs)
 }
 
-// healthPaths are the only paths anonymous requests may reach: load balancers
-// and probes need them, nothing else should answer an unauthenticated caller.
-var healthPaths = []string{"/healthz", "/livez", "/readyz"}
+// anonymousPaths are the only paths anonymous requests may reach (exact
+// paths, no prefixes): the health endpoints, which load balancers and probes
+// need, and kube-public/cluster-info, which a joining node reads before it
+// trusts the server (RBAC lets anonymous GET that one object and nothing
+// else). Nothing else answers an unauthenticated caller.
+var anonymousPaths = []string{"/healthz", "/livez", "/readyz", "/api/v1/namespaces/kube-public/configmaps/cluster-info"}
 
 // writeAuthenticationConfig writes the structured authentication configuration
-// that limits anonymous authentication to the health endpoints.
+// that limits anonymous authentication to anonymousPaths.
 func writeAuthenticationConfig(dir string) (string, error) {
 	type condition struct {
 		Path string `json:"path"`
 	}
-	conds := make([]condition, 0, len(healthPaths))
-	for _, p := range healthPaths {
+	conds := make([]condition, 0, len(anonymousPaths))
+	for _, p := range anonymousPaths {
 		conds = append(conds, condition{Path: p})
 	}
 	doc := map[string]any{
