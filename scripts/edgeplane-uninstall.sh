@@ -1,7 +1,9 @@
 #!/bin/sh
-# Removes what edgeplane's install.sh installed: the service (systemd or
-# OpenRC), the binary, the kubectl link, /etc/edgeplane and this script.
-# The data dir (certificates and the datastore) stays unless asked for.
+# Removes what edgeplane's install.sh installed: the server's and the
+# agent's services (systemd or OpenRC), the binary, the kubectl link,
+# /etc/edgeplane (env files, config.yaml, agent.yaml) and this script. The
+# data dir (certificates, the datastore, a node's images and pods' data)
+# stays unless asked for; what is mounted under it is unmounted first.
 #
 #   sudo edgeplane-uninstall.sh [--delete-data] [--dry-run]
 #
@@ -19,6 +21,9 @@ CONFIG_DIR=/etc/edgeplane
 SYSTEMD_UNIT=/etc/systemd/system/edgeplane.service
 OPENRC_SCRIPT=/etc/init.d/edgeplane
 OPENRC_LOG=/var/log/edgeplane.log
+AGENT_SYSTEMD_UNIT=/etc/systemd/system/edgeplane-agent.service
+AGENT_OPENRC_SCRIPT=/etc/init.d/edgeplane-agent
+AGENT_LOG=/var/log/edgeplane-agent.log
 DRY_RUN=false
 DELETE_DATA=false
 
@@ -33,7 +38,7 @@ for arg in "$@"; do
 	--dry-run) DRY_RUN=true ;;
 	--delete-data) DELETE_DATA=true ;;
 	-h | --help)
-		sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) fatal "unknown argument $arg (try --help)" ;;
@@ -55,26 +60,53 @@ remove() {
 	done
 }
 
+# stop_service stops and disables the service $1 (edgeplane or
+# edgeplane-agent) when its unit $2 or OpenRC script $3 is installed.
 stop_service() {
-	if [ -n "$ROOT" ] || $DRY_RUN; then
-		$DRY_RUN && info "would stop and disable the edgeplane service"
+	if [ ! -e "$ROOT$2" ] && [ ! -e "$ROOT$3" ]; then
 		return 0
 	fi
-	if [ -f "$SYSTEMD_UNIT" ] && command -v systemctl >/dev/null 2>&1; then
-		systemctl disable --now edgeplane.service >/dev/null 2>&1 || true
+	if [ -n "$ROOT" ] || $DRY_RUN; then
+		$DRY_RUN && info "would stop and disable the $1 service"
+		return 0
 	fi
-	if [ -f "$OPENRC_SCRIPT" ] && command -v rc-service >/dev/null 2>&1; then
-		rc-service edgeplane stop >/dev/null 2>&1 || true
-		rc-update del edgeplane default >/dev/null 2>&1 || true
+	if [ -f "$2" ] && command -v systemctl >/dev/null 2>&1; then
+		systemctl disable --now "$1.service" >/dev/null 2>&1 || true
 	fi
+	if [ -f "$3" ] && command -v rc-service >/dev/null 2>&1; then
+		rc-service "$1" stop >/dev/null 2>&1 || true
+		rc-update del "$1" default >/dev/null 2>&1 || true
+	fi
+}
+
+# unmount_under DIR: unmounts what is mounted under DIR on the target system
+# (a node's pod volumes: tmpfs, bind mounts of host directories), deepest
+# first, so that removing DIR never reaches into another file system.
+unmount_under() {
+	[ -r /proc/self/mountinfo ] || return 0
+	awk -v d="$ROOT$1/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
+		while IFS= read -r m; do
+			if $DRY_RUN; then
+				info "would unmount ${m#"$ROOT"}"
+				continue
+			fi
+			umount "$m" 2>/dev/null || umount -l "$m" ||
+				fatal "cannot unmount ${m#"$ROOT"}: the data dir $1 is kept; unmount it, then run this again"
+			info "unmounted ${m#"$ROOT"}"
+		done
 }
 
 main() {
 	if [ -z "$ROOT" ] && ! $DRY_RUN && [ "$(id -u)" != 0 ]; then
 		fatal "run as root, or set EDGEPLANE_ROOT, or pass --dry-run"
 	fi
-	stop_service
-	remove "$SYSTEMD_UNIT" "$OPENRC_SCRIPT" "$OPENRC_LOG"
+	agent=false
+	if [ -e "$ROOT$AGENT_SYSTEMD_UNIT" ] || [ -e "$ROOT$AGENT_OPENRC_SCRIPT" ]; then
+		agent=true
+	fi
+	stop_service edgeplane "$SYSTEMD_UNIT" "$OPENRC_SCRIPT"
+	stop_service edgeplane-agent "$AGENT_SYSTEMD_UNIT" "$AGENT_OPENRC_SCRIPT"
+	remove "$SYSTEMD_UNIT" "$OPENRC_SCRIPT" "$OPENRC_LOG" "$AGENT_SYSTEMD_UNIT" "$AGENT_OPENRC_SCRIPT" "$AGENT_LOG"
 	if [ -z "$ROOT" ] && ! $DRY_RUN && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
 		systemctl daemon-reload || true
 	fi
@@ -84,11 +116,15 @@ main() {
 	fi
 	remove "$BIN_DIR/edgeplane" "$CONFIG_DIR"
 	if $DELETE_DATA; then
+		unmount_under "$DATA_DIR"
 		remove "$DATA_DIR"
 	elif [ -e "$ROOT$DATA_DIR" ]; then
 		info "kept the data dir $DATA_DIR (pass --delete-data to remove it)"
 	fi
 	remove "$BIN_DIR/edgeplane-uninstall.sh"
+	if $agent; then
+		info "the node's pods may still run in the container runtime: 'crictl rmp -af' (or a reboot) stops them; 'kubectl delete node NAME' on a server removes the node"
+	fi
 }
 
 main

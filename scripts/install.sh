@@ -1,9 +1,12 @@
 #!/bin/sh
 # Installs edgeplane on this host from a local binary: the binary, a systemd
 # unit (or an OpenRC service when there is no systemd), an env file, a
-# default config file, a kubectl link and edgeplane-uninstall.sh.
+# default config file, a kubectl link and edgeplane-uninstall.sh. With
+# EDGEPLANE_SERVER and EDGEPLANE_TOKEN it installs an agent (a node joining
+# that server) instead of a server: the edgeplane-agent service.
 #
 #   sudo sh install.sh [--dry-run]
+#   sudo EDGEPLANE_SERVER=https://HOST:6443 EDGEPLANE_TOKEN=K10... sh install.sh
 #
 # The binary is $EDGEPLANE_BINARY, else, next to this script (a release
 # folder made by `make dist`, or a checkout after `make build`):
@@ -12,6 +15,8 @@
 #
 # Environment:
 #   EDGEPLANE_BINARY   the binary to install
+#   EDGEPLANE_SERVER   agent: URL of a server of the cluster, https://HOST[:PORT]
+#   EDGEPLANE_TOKEN    agent: node token from that server, K10<ca-hash>::<id>.<secret>
 #   EDGEPLANE_ROOT     install every file under this directory (for tests and
 #                      images); the service is then not started
 #   EDGEPLANE_INIT     systemd or openrc (default: systemd when it runs, else openrc)
@@ -27,14 +32,24 @@ ENV_FILE=$CONFIG_DIR/edgeplane.env
 CONFIG_FILE=$CONFIG_DIR/config.yaml
 SYSTEMD_UNIT=/etc/systemd/system/edgeplane.service
 OPENRC_SCRIPT=/etc/init.d/edgeplane
+AGENT_ENV_FILE=$CONFIG_DIR/edgeplane-agent.env
+AGENT_CONFIG_FILE=$CONFIG_DIR/agent.yaml
+AGENT_SYSTEMD_UNIT=/etc/systemd/system/edgeplane-agent.service
+AGENT_OPENRC_SCRIPT=/etc/init.d/edgeplane-agent
+AGENT_LOG=/var/log/edgeplane-agent.log
+SERVER_URL=${EDGEPLANE_SERVER:-}
+TOKEN=${EDGEPLANE_TOKEN:-}
+NL='
+'
 DRY_RUN=false
 CHANGED=false
 
 usage() {
-	sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 info() { printf '[edgeplane] %s\n' "$*"; }
+warn() { printf '[edgeplane] warning: %s\n' "$*" >&2; }
 fatal() {
 	printf '[edgeplane] error: %s\n' "$*" >&2
 	exit 1
@@ -176,27 +191,39 @@ other_kubectl() {
 	return 1
 }
 
+# systemd_unit ROLE: the unit of `edgeplane server` or `edgeplane agent`.
 systemd_unit() {
+	desc="edgeplane: a Kubernetes control plane in one binary" after=network-online.target
+	env=-$ENV_FILE args=server extra="" timeout=10min
+	if [ "$1" = agent ]; then
+		desc="edgeplane agent: a Kubernetes node joined to an edgeplane server"
+		has_containerd_service systemd && after="$after containerd.service"
+		# The token stays in the env file (0600), out of the unit.
+		env=$AGENT_ENV_FILE args="agent --server \${EDGEPLANE_SERVER} --token \${EDGEPLANE_TOKEN}"
+		# Pods run in the container runtime and outlive an agent restart; a
+		# first start registers the node (discovery, images, certificates).
+		extra="Delegate=yes$NL" timeout=15min
+	fi
 	cat <<EOF
 # Installed by edgeplane's install.sh; edgeplane-uninstall.sh removes it.
 [Unit]
-Description=edgeplane: a Kubernetes control plane in one binary
+Description=$desc
 Documentation=https://github.com/edgeplane/edgeplane
-Wants=network-online.target
-After=network-online.target
+Wants=$after
+After=$after
 
 [Service]
 Type=notify
-EnvironmentFile=-$ENV_FILE
-ExecStart=$BIN_DIR/edgeplane server
+EnvironmentFile=$env
+ExecStart=$BIN_DIR/edgeplane $args
 KillMode=process
-Restart=on-failure
+${extra}Restart=on-failure
 RestartSec=5s
 LimitNOFILE=1048576
 LimitNPROC=infinity
 LimitCORE=infinity
 TasksMax=infinity
-TimeoutStartSec=10min
+TimeoutStartSec=$timeout
 TimeoutStopSec=2min
 
 [Install]
@@ -204,29 +231,38 @@ WantedBy=multi-user.target
 EOF
 }
 
+# openrc_script ROLE: the OpenRC service of `edgeplane server` or `edgeplane agent`.
 openrc_script() {
+	desc="edgeplane: a Kubernetes control plane in one binary" env=$ENV_FILE log=/var/log/edgeplane.log
+	args=server after=firewall
+	if [ "$1" = agent ]; then
+		desc="edgeplane agent: a Kubernetes node joined to an edgeplane server" env=$AGENT_ENV_FILE log=$AGENT_LOG
+		# Expanded when the service starts, after start_pre read the env file.
+		args="agent --server \\\${EDGEPLANE_SERVER} --token \\\${EDGEPLANE_TOKEN}"
+		has_containerd_service openrc && after="$after containerd"
+	fi
 	cat <<EOF
 #!/sbin/openrc-run
 # Installed by edgeplane's install.sh; edgeplane-uninstall.sh removes it.
-description="edgeplane: a Kubernetes control plane in one binary"
+description="$desc"
 command="$BIN_DIR/edgeplane"
-command_args="server"
+command_args="$args"
 supervisor=supervise-daemon
 respawn_delay=5
 respawn_max=0
-output_log=/var/log/edgeplane.log
-error_log=/var/log/edgeplane.log
+output_log=$log
+error_log=$log
 rc_ulimit="-n 1048576"
 
 depend() {
 	need net
-	after firewall
+	after $after
 }
 
 start_pre() {
-	if [ -f $ENV_FILE ]; then
+	if [ -f $env ]; then
 		set -a
-		. $ENV_FILE
+		. $env
 		set +a
 	fi
 }
@@ -259,23 +295,201 @@ config_file() {
 EOF
 }
 
+# check_agent_env validates EDGEPLANE_SERVER and EDGEPLANE_TOKEN before
+# anything is written, reporting every problem at once and nothing of the
+# token. Both empty: a server install.
+check_agent_env() {
+	[ -z "$SERVER_URL" ] && [ -z "$TOKEN" ] && return 0
+	problems=""
+	if [ -z "$SERVER_URL" ]; then
+		problems="EDGEPLANE_TOKEN is set but EDGEPLANE_SERVER is not: an agent needs both, EDGEPLANE_SERVER=https://HOST:6443 (a server of the cluster) and EDGEPLANE_TOKEN; unset EDGEPLANE_TOKEN to install a server"
+	elif ! valid_server_url "$SERVER_URL"; then
+		case $SERVER_URL in
+		*"$NL"*) problems="EDGEPLANE_SERVER spans several lines: want one URL, https://HOST[:PORT]" ;;
+		http://*) problems="EDGEPLANE_SERVER=$SERVER_URL: a server answers on HTTPS only, want https://HOST[:PORT], e.g. https://192.0.2.10:6443" ;;
+		*) problems="EDGEPLANE_SERVER=$SERVER_URL is not a server URL: want https://HOST[:PORT] (port 1-65535) with no path, e.g. https://192.0.2.10:6443 or https://[2001:db8::1]:6443" ;;
+		esac
+	fi
+	if [ -z "$TOKEN" ]; then
+		problems="${problems:+$problems$NL}EDGEPLANE_SERVER is set but EDGEPLANE_TOKEN is not: an agent needs both; get a node token from the server (edgeplane token --help there), or unset EDGEPLANE_SERVER to install a server"
+	elif ! matches "$TOKEN" '^K10[0-9a-f]{64}::[a-z0-9]{6}\.[a-z0-9]{16}$'; then
+		if matches "$TOKEN" '^K10[0-9a-fA-F]*::server:'; then
+			why="it is a server join token (K10...::server:...), which only servers join with"
+		elif matches "$TOKEN" '^[a-z0-9]{6}\.[a-z0-9]{16}$'; then
+			why="it is a bare bootstrap token, without the hash of the cluster CA that the agent checks the server against"
+		else
+			why="want K10<64 hex digits, lower case>::<6 characters a-z0-9>.<16 characters a-z0-9>"
+		fi
+		problems="${problems:+$problems$NL}EDGEPLANE_TOKEN is not a node token: $why; get a node token from the server (edgeplane token --help there)"
+	fi
+	if [ -n "$problems" ]; then
+		printf '%s\n' "$problems" | while IFS= read -r line; do
+			printf '[edgeplane] error: %s\n' "$line" >&2
+		done
+		exit 1
+	fi
+	SERVER_URL=${SERVER_URL%/}
+}
+
+# matches STRING ERE: STRING is one line matching the extended regexp.
+matches() {
+	case $1 in *"$NL"*) return 1 ;; esac
+	printf '%s\n' "$1" | grep -Eq -- "$2"
+}
+
+# valid_server_url: https://HOST[:PORT][/], HOST a DNS name, an IPv4 address
+# or a bracketed IPv6 address, PORT 1-65535.
+valid_server_url() {
+	matches "$1" '^https://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)(:[0-9]{1,5})?/?$' || return 1
+	hostport=${1#https://}
+	hostport=${hostport%/}
+	case $hostport in
+	*\]) return 0 ;;
+	*\]:*) port=${hostport##*]:} ;;
+	*:*) port=${hostport##*:} ;;
+	*) return 0 ;;
+	esac
+	[ "$port" -ge 1 ] && [ "$port" -le 65535 ]
+}
+
+# check_node_host warns (the agent still installs) when the host lacks a
+# container runtime or the CNI plugins a node's pod network needs.
+check_node_host() {
+	runtime=""
+	for p in /usr/bin/containerd /usr/local/bin/containerd /usr/sbin/containerd /usr/bin/crio /usr/local/bin/crio \
+		/run/containerd/containerd.sock /run/crio/crio.sock /var/run/crio/crio.sock; do
+		if [ -x "$ROOT$p" ] || [ -S "$ROOT$p" ]; then
+			runtime=$p
+			break
+		fi
+	done
+	if [ -n "$runtime" ]; then
+		info "container runtime: $runtime"
+	else
+		warn "no container runtime (containerd or CRI-O: no binary, no socket): the node runs no pods until one is installed: apt-get install containerd containernetworking-plugins (another runtime: set container-runtime-endpoint in $AGENT_CONFIG_FILE)"
+	fi
+	partial=""
+	for dir in /opt/cni/bin /usr/lib/cni; do
+		missing=""
+		for plugin in bridge host-local portmap loopback; do
+			[ -x "$ROOT$dir/$plugin" ] || missing="${missing:+$missing, }$plugin"
+		done
+		if [ -z "$missing" ]; then
+			info "CNI plugins: $dir"
+			return 0
+		fi
+		if [ -z "$partial" ] && [ -d "$ROOT$dir" ]; then
+			partial="$dir lacks $missing"
+		fi
+	done
+	warn "CNI plugins missing: want bridge, host-local, portmap and loopback in /opt/cni/bin or /usr/lib/cni${partial:+ ($partial)}; pods get no network until they are installed: apt-get install containernetworking-plugins"
+}
+
+# has_containerd_service tells whether containerd has a service for init $1.
+has_containerd_service() {
+	case $1 in
+	systemd)
+		for d in /etc/systemd/system /lib/systemd/system /usr/lib/systemd/system /usr/local/lib/systemd/system; do
+			[ -f "$ROOT$d/containerd.service" ] && return 0
+		done
+		;;
+	openrc) [ -f "$ROOT/etc/init.d/containerd" ] && return 0 ;;
+	esac
+	return 1
+}
+
+agent_env_file() {
+	cat <<EOF
+# Environment of the edgeplane-agent service, one VAR=value a line, written by
+# install.sh from EDGEPLANE_SERVER and EDGEPLANE_TOKEN (run it again to change
+# them). Mode 0600: the token is a secret. Settings go in $AGENT_CONFIG_FILE.
+EDGEPLANE_SERVER=$SERVER_URL
+EDGEPLANE_TOKEN=$TOKEN
+EOF
+}
+
+agent_config_file() {
+	cat <<'EOF'
+# edgeplane agent configuration. Keys are the long flags of
+# `edgeplane agent --help`, lists for repeatable flags. Flags on the command
+# line win; drop-ins in /etc/edgeplane/agent.yaml.d/*.yaml are read after
+# this file, in name order. The server and the token are in
+# /etc/edgeplane/edgeplane-agent.env.
+#
+#data-dir: /var/lib/edgeplane
+#node-name: edge-1
+#node-ip: 192.0.2.21
+#node-label:
+#  - topology.kubernetes.io/zone=shelf-1
+#node-taint:
+#  - dedicated=edge:NoSchedule
+#container-runtime-endpoint: unix:///run/containerd/containerd.sock
+#kubelet-arg:
+#  - max-pods=50
+EOF
+}
+
+# install_agent writes the agent's files for init system $1.
+install_agent() {
+	if [ -e "$ROOT$SYSTEMD_UNIT" ] || [ -e "$ROOT$OPENRC_SCRIPT" ]; then
+		warn "an edgeplane server is installed here too: a server already runs this host as a node when it finds a container runtime; with an agent it would register twice"
+	fi
+	check_node_host
+	agent_env_file | put_text "$AGENT_ENV_FILE" 600
+	if [ -e "$ROOT$AGENT_CONFIG_FILE" ]; then
+		info "kept $AGENT_CONFIG_FILE"
+	else
+		agent_config_file | put_text "$AGENT_CONFIG_FILE" 600
+	fi
+	case $1 in
+	systemd) systemd_unit agent | put_text "$AGENT_SYSTEMD_UNIT" 644 ;;
+	openrc) openrc_script agent | put_text "$AGENT_OPENRC_SCRIPT" 755 ;;
+	esac
+}
+
 main() {
+	check_agent_env
 	if [ -z "$ROOT" ] && ! $DRY_RUN && [ "$(id -u)" != 0 ]; then
 		fatal "run as root (sudo sh $0), or set EDGEPLANE_ROOT, or pass --dry-run"
 	fi
 	$DRY_RUN && info "dry run: nothing is written"
 	[ -n "$ROOT" ] && info "installing under EDGEPLANE_ROOT=$ROOT"
+	service=edgeplane
+	[ -n "$SERVER_URL" ] && service=edgeplane-agent
 
 	bin=$(find_binary)
 	verify_checksum "$bin"
 	"$bin" version >/dev/null 2>&1 || fatal "$bin does not run on this host ($(uname -m)): wrong architecture?"
 	version=$("$bin" version | head -n 1)
-	info "installing $version from $bin"
+	info "installing $version from $bin ($service)"
 
 	put_file "$bin" "$BIN_DIR/edgeplane" 755
 	[ -f "$SCRIPT_DIR/edgeplane-uninstall.sh" ] || fatal "edgeplane-uninstall.sh is missing next to $0"
 	put_file "$SCRIPT_DIR/edgeplane-uninstall.sh" "$BIN_DIR/edgeplane-uninstall.sh" 755
 
+	init=$(init_system)
+	if [ "$service" = edgeplane-agent ]; then
+		install_agent "$init"
+	else
+		install_server "$init"
+	fi
+
+	if $DRY_RUN; then
+		info "would enable and start the $init service $service"
+	elif [ -n "$ROOT" ] || [ "${EDGEPLANE_SKIP_START:-}" = true ]; then
+		info "not starting the service (EDGEPLANE_ROOT or EDGEPLANE_SKIP_START)"
+	else
+		start_service "$init" "$service"
+	fi
+	if [ "$service" = edgeplane-agent ]; then
+		info "done: the edgeplane-agent service joins this host to $SERVER_URL as a node; 'kubectl get nodes' on a server shows it once it is Ready"
+	else
+		info "done: 'edgeplane check' checks this host; 'kubectl get ns' (or 'edgeplane kubectl get ns') as root once it is ready"
+	fi
+}
+
+# install_server writes the server's files for init system $1.
+install_server() {
 	if existing=$(other_kubectl); then
 		info "kubectl found at $existing: not linking; use 'edgeplane kubectl'"
 	else
@@ -289,46 +503,37 @@ main() {
 		config_file | put_text "$CONFIG_FILE" 600
 	fi
 
-	init=$(init_system)
-	case $init in
-	systemd) systemd_unit | put_text "$SYSTEMD_UNIT" 644 ;;
-	openrc) openrc_script | put_text "$OPENRC_SCRIPT" 755 ;;
+	case $1 in
+	systemd) systemd_unit server | put_text "$SYSTEMD_UNIT" 644 ;;
+	openrc) openrc_script server | put_text "$OPENRC_SCRIPT" 755 ;;
 	esac
-
-	if $DRY_RUN; then
-		info "would enable and start the $init service"
-	elif [ -n "$ROOT" ] || [ "${EDGEPLANE_SKIP_START:-}" = true ]; then
-		info "not starting the service (EDGEPLANE_ROOT or EDGEPLANE_SKIP_START)"
-	else
-		start_service "$init"
-	fi
-	info "done: 'edgeplane check' checks this host; 'kubectl get ns' (or 'edgeplane kubectl get ns') as root once it is ready"
 }
 
-# start_service enables the service; it restarts it only when a file changed.
+# start_service enables service $2 of init system $1; it restarts it only
+# when a file changed.
 start_service() {
 	case $1 in
 	systemd)
 		systemctl daemon-reload
-		systemctl enable edgeplane.service >/dev/null
+		systemctl enable "$2.service" >/dev/null
 		if $CHANGED; then
-			systemctl restart edgeplane.service
-			info "restarted edgeplane.service"
+			systemctl restart "$2.service"
+			info "restarted $2.service"
 		else
-			systemctl start edgeplane.service
-			info "edgeplane.service is running"
+			systemctl start "$2.service"
+			info "$2.service is running"
 		fi
 		;;
 	openrc)
 		command -v rc-update >/dev/null 2>&1 || {
-			info "neither systemd nor OpenRC runs here: start '$BIN_DIR/edgeplane server' yourself"
+			info "neither systemd nor OpenRC runs here: start the $2 service's command yourself (see $OPENRC_SCRIPT${2#edgeplane})"
 			return 0
 		}
-		rc-update add edgeplane default >/dev/null
+		rc-update add "$2" default >/dev/null
 		if $CHANGED; then
-			rc-service edgeplane restart
+			rc-service "$2" restart
 		else
-			rc-service edgeplane start
+			rc-service "$2" start
 		fi
 		;;
 	esac
