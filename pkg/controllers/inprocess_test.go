@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/edgeplane/edgeplane/internal/testenv"
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/chain"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
@@ -161,9 +162,7 @@ func startAPIServer(t *testing.T, ctx context.Context) (*certs.PKI, func()) {
 		t.Fatal(err)
 	}
 	advertise, err := utilnet.ChooseHostInterface()
-	if err != nil {
-		t.Skipf("no host address to advertise: %v", err)
-	}
+	testenv.Require(t, "a host address to advertise (an interface with a default route)", err)
 	sc := store.Client()
 	apiserver, err := chain.New(chain.Config{
 		Listener: l, AdvertiseAddress: advertise, ServiceCIDR: serviceCIDR, ClusterDomain: "cluster.local",

@@ -64,18 +64,46 @@ func TestCollector(t *testing.T) {
 	c := newCollector(dir)
 	reg := metrics.NewKubeRegistry()
 	reg.CustomMustRegister(c)
-	families, err := reg.Gather()
+	const name = "edgeplane_process_disk_written_bytes_total"
+	written := func() float64 {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == name && len(f.GetMetric()) == 1 {
+				return f.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		t.Fatalf("%s missing from %d metric families", name, len(families))
+		return 0
+	}
+	// A synced 1 MiB write by this process moves the counter by at least
+	// that much (write_bytes counts pages dirtied for storage; a tmpfs has
+	// none, so the test directory must be on a disk filesystem).
+	before := written()
+	const size = 1 << 20
+	f, err := os.Create(filepath.Join(dir, "written"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]float64{}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			got[f.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
+	if _, err := f.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
 	}
-	if written, ok := got["edgeplane_process_disk_written_bytes_total"]; !ok || written < 0 {
-		t.Errorf("written bytes metric = %v (present %v)", written, ok)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after := written()
+	if after-before < size {
+		t.Errorf("%s moved from %.0f to %.0f after a synced %d-byte write, want at least %d more (is %s on tmpfs? set TMPDIR to a disk)",
+			name, before, after, size, size, dir)
+	}
+	if err := os.Remove(filepath.Join(dir, "written")); err != nil {
+		t.Fatal(err)
 	}
 	want := `# HELP edgeplane_datastore_size_bytes [ALPHA] Size on disk of the datastore's files (database, WAL, etcd member directory).
 # TYPE edgeplane_datastore_size_bytes gauge

@@ -1,20 +1,26 @@
 package e2e
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgeplane/edgeplane/internal/testenv"
 )
 
 // TestBadInput checks that each kind of bad input stops the server with a
@@ -55,15 +61,15 @@ func TestBadInput(t *testing.T) {
 		out, code := runToExit(t, filepath.Join(file, "data"))
 		wantExit(t, code, out)
 		wantLine(t, out, "cannot be created")
-		if os.Geteuid() != 0 {
-			ro := filepath.Join(t.TempDir(), "ro")
-			if err := os.Mkdir(ro, 0o500); err != nil {
-				t.Fatal(err)
-			}
-			out, code := runToExit(t, ro)
-			wantExit(t, code, out)
-			wantLine(t, out, "is not writable")
+		// A data dir that exists but is not writable: root writes anywhere,
+		// so as root the server runs as testenv.UnprivilegedUser.
+		ro := filepath.Join(testenv.SharedDir(t), "ro")
+		if err := os.Mkdir(ro, 0o555); err != nil {
+			t.Fatal(err)
 		}
+		out, code = runUnprivilegedToExit(t, ro)
+		wantExit(t, code, out)
+		wantLine(t, out, "is not writable")
 	})
 
 	t.Run("unknown datastore alone", func(t *testing.T) {
@@ -271,4 +277,35 @@ func futureCA(t *testing.T, notBefore time.Time) (certPEM, keyPEM []byte) {
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// runUnprivilegedToExit is runToExit as a user that file modes apply to:
+// testenv.UnprivilegedUser when the tests run as root (with a copy of the
+// binary it can execute), else the current user.
+func runUnprivilegedToExit(t *testing.T, dataDir string, args ...string) (string, int) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return runToExit(t, dataDir, args...)
+	}
+	cred, _, _ := testenv.Unprivileged(t)
+	bin := filepath.Join(testenv.SharedDir(t), "edgeplane")
+	data, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	base := command(dataDir, args...)
+	cmd := exec.CommandContext(ctx, bin, base.Args[1:]...)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("run edgeplane as %s: %v (want a non-zero exit)\n%s", testenv.UnprivilegedUser, err, out)
+	}
+	return string(out), ee.ExitCode()
 }

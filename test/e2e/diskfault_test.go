@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,13 +17,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/edgeplane/edgeplane/internal/testenv"
 )
 
 // diskFault is one way of making the datastore's storage refuse writes.
 type diskFault struct {
 	name      string
 	datastore string
-	full      bool // only with EDGEPLANE_RELIABILITY_FULL=1
 	tmpfs     string
 	// inject makes writes fail; the returned func undoes it.
 	inject func(t *testing.T, s *server) (undo func())
@@ -37,17 +39,13 @@ func TestDiskFault(t *testing.T) {
 		t.Skip("starts the real server")
 	}
 	t.Parallel()
-	full := os.Getenv("EDGEPLANE_RELIABILITY_FULL") == "1"
 	for _, f := range []diskFault{
 		{name: "sqlite read-only", datastore: "sqlite", inject: diskImmutable},
 		{name: "sqlite disk full", datastore: "sqlite", tmpfs: "48m", inject: diskFill},
 		// etcd preallocates 64 MB WAL segments; leave room for two.
-		{name: "etcd disk full", datastore: "etcd", tmpfs: "160m", inject: diskFill, full: true},
+		{name: "etcd disk full", datastore: "etcd", tmpfs: "160m", inject: diskFill},
 	} {
 		t.Run(f.name, func(t *testing.T) {
-			if f.full && !full {
-				t.Skip("full form only (EDGEPLANE_RELIABILITY_FULL=1)")
-			}
 			t.Parallel()
 			diskFaultRun(t, f)
 		})
@@ -288,7 +286,7 @@ func diskTmpfs(t *testing.T, size string) string {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (needs root or CAP_SYS_ADMIN): %v: %s", err, out)
+		testenv.Require(t, "mounting a tmpfs (root or CAP_SYS_ADMIN)", fmt.Errorf("%v: %s", err, bytes.TrimSpace(out)))
 	}
 	t.Cleanup(func() {
 		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
@@ -343,9 +341,8 @@ func diskFill(t *testing.T, s *server) func() {
 func diskImmutable(t *testing.T, s *server) func() {
 	t.Helper()
 	db := filepath.Join(s.dataDir, "db")
-	if err := diskImmutableWorks(db); err != nil {
-		t.Skipf("cannot make a file read-only for root here: %v", err)
-	}
+	testenv.Require(t, "chattr +i stopping root's writes in the test's temporary directory "+
+		"(root or CAP_LINUX_IMMUTABLE, and a filesystem such as ext4 that honours it: set TMPDIR to one)", diskImmutableWorks(db))
 	files := []string{filepath.Join(db, "state.db"), filepath.Join(db, "state.db-wal")}
 	set := func(flag string) error {
 		out, err := exec.Command("chattr", append([]string{flag}, files...)...).CombinedOutput()

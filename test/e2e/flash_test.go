@@ -12,6 +12,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"github.com/edgeplane/edgeplane/internal/procfs"
+	"github.com/edgeplane/edgeplane/internal/testenv"
 )
 
 // Idle-write budget for the CI window. The default target is under 1 MB an
@@ -32,9 +33,7 @@ func TestFlashFriendlyIdle(t *testing.T) {
 		t.Skip("runs the real server for a minute and a half")
 	}
 	advertise, err := utilnet.ChooseHostInterface()
-	if err != nil {
-		t.Skipf("no host address to advertise: %v", err)
-	}
+	testenv.Require(t, "a host address to advertise (an interface with a default route)", err)
 	for _, ds := range datastoreCases {
 		t.Run(ds, func(t *testing.T) {
 			t.Parallel()

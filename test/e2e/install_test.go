@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgeplane/edgeplane/internal/testenv"
 )
 
 const (
@@ -218,10 +220,7 @@ func diffTrees(a, b map[string]string) string {
 
 // TestInstallScriptsShellcheck keeps the scripts shellcheck-clean.
 func TestInstallScriptsShellcheck(t *testing.T) {
-	path, err := exec.LookPath("shellcheck")
-	if err != nil {
-		t.Skip("shellcheck is not installed (apt-get install -y shellcheck); skipping the lint")
-	}
+	path := testenv.Tool(t, "apt-get install -y shellcheck", "shellcheck")
 	out, err := exec.Command(path, "--shell=sh", installScript, uninstallScript, "../../hack/dist.sh").CombinedOutput()
 	if err != nil {
 		t.Fatalf("shellcheck: %v\n%s", err, out)

@@ -2,28 +2,29 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
-)
 
-// pgUser runs PostgreSQL when the tests run as root: postgres refuses root.
-const pgUser = "nobody"
+	"github.com/edgeplane/edgeplane/internal/testenv"
+)
 
 // startPostgres runs a throwaway PostgreSQL (Debian's postgresql package:
 // /usr/lib/postgresql/<v>/bin) on a loopback port and returns a kine DSN for
-// database db. It skips the test when PostgreSQL is not installed.
+// database db. Without PostgreSQL installed it skips the test (fails it under
+// CI=true: see testenv.Require); as root it runs PostgreSQL as
+// testenv.UnprivilegedUser, since postgres refuses root.
 func startPostgres(t *testing.T, db string) string {
 	t.Helper()
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(bins) == 0 {
-		t.Skip("PostgreSQL server binaries not found (/usr/lib/postgresql/*/bin/initdb): apt-get install -y postgresql")
+		testenv.Require(t, "PostgreSQL server binaries (apt-get install -y postgresql)",
+			errors.New("no /usr/lib/postgresql/*/bin/initdb"))
 	}
 	bin := filepath.Dir(bins[len(bins)-1])
 
@@ -35,13 +36,8 @@ func startPostgres(t *testing.T, db string) string {
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 {
-		u, err := user.Lookup(pgUser)
-		if err != nil {
-			t.Skipf("running as root and no %q user for PostgreSQL: %v", pgUser, err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		var uid, gid int
+		cred, uid, gid = testenv.Unprivileged(t)
 		if err := os.Chown(dir, uid, gid); err != nil {
 			t.Fatal(err)
 		}

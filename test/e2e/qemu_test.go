@@ -15,6 +15,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/edgeplane/edgeplane/internal/testenv"
 )
 
 // qemuReadyTimeout bounds a server start under emulation (about 10x slower
@@ -27,18 +29,9 @@ const qemuReadyTimeout = 8 * time.Minute
 // (make test-qemu); EDGEPLANE_QEMU_BINARY names a prebuilt binary instead.
 func TestQEMUArm64(t *testing.T) {
 	if os.Getenv("EDGEPLANE_TEST_QEMU") == "" {
-		t.Skip("set EDGEPLANE_TEST_QEMU=1 (make test-qemu) to cross-build linux/arm64 and run it under qemu-aarch64")
+		testenv.SkipByDesign(t, "qemu")
 	}
-	qemu := ""
-	for _, name := range []string{"qemu-aarch64-static", "qemu-aarch64"} {
-		if p, err := exec.LookPath(name); err == nil {
-			qemu = p
-			break
-		}
-	}
-	if qemu == "" {
-		t.Skip("qemu-aarch64-static not found: apt-get install -y qemu-user-static")
-	}
+	qemu := testenv.Tool(t, "apt-get install -y qemu-user-static", "qemu-aarch64-static", "qemu-aarch64")
 
 	bin := os.Getenv("EDGEPLANE_QEMU_BINARY")
 	if bin == "" {
