@@ -186,6 +186,16 @@ func testSecrets(t *testing.T, s *server) {
 	if _, err := secrets.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Read back through the API server (and so through decryption, with
+	// Secrets encrypted at rest): the update is what is stored.
+	updated, err := secrets.Get(ctx, "db", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(updated.Data["password"]) != "correct horse" || updated.ResourceVersion == got.ResourceVersion {
+		t.Fatalf("after the update the secret reads %q at resourceVersion %s (before: %s), want \"correct horse\" at a new one",
+			updated.Data["password"], updated.ResourceVersion, got.ResourceVersion)
+	}
 	if err := secrets.Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

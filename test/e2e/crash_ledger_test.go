@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -70,7 +71,10 @@ func newCrashLedger(writers, objects int) *crashLedger {
 }
 
 // crashCycle counts one write-and-kill cycle.
-type crashCycle struct{ acked, unknown int }
+type crashCycle struct {
+	acked, unknown int
+	minWriter      int // fewest writes one writer got acknowledged
+}
 
 // writeAndKill runs the writers against s for run, SIGKILLs s while they
 // write and waits for every writer to see its server gone.
@@ -121,22 +125,29 @@ func (l *crashLedger) writeAndKill(t *testing.T, s *server, seed, ds, cycle uint
 	}
 	l.violations, l.notes = nil, nil
 	l.mu.Unlock()
-	var sum crashCycle
+	sum := crashCycle{minWriter: counts[0].acked}
 	for _, c := range counts {
 		sum.acked += c.acked
 		sum.unknown += c.unknown
+		sum.minWriter = min(sum.minWriter, c.acked)
 	}
 	return sum
 }
 
 // write is writer w: creates, updates and deletes of its own ConfigMaps,
-// one at a time, until a request fails (normally because the server died).
+// one at a time, until the kill. A request that fails before the kill with
+// an unknown outcome (a 5xx, a timeout) is noted and the writer keeps going
+// on its other objects: that one stays in flight (pending) until the restart
+// resolves it. The writer stops at the first failure after the kill, or
+// when every one of its objects is in flight.
 func (l *crashLedger) write(ctx context.Context, c *kubernetes.Clientset, w int, rng *rand.Rand, killed <-chan struct{}) crashCycle {
 	cms := c.CoreV1().ConfigMaps("default")
 	var res crashCycle
 	var last uint64 // RV of this writer's previous acknowledged write
-	for {
-		o := l.objects[w][rng.IntN(len(l.objects[w]))]
+	usable := slices.Clone(l.objects[w])
+	for len(usable) > 0 && ctx.Err() == nil {
+		k := rng.IntN(len(usable))
+		o := usable[k]
 		l.seq[w]++
 		data := map[string]string{
 			"writer": strconv.Itoa(w),
@@ -171,13 +182,15 @@ func (l *crashLedger) write(ctx context.Context, c *kubernetes.Clientset, w int,
 				res.unknown++
 				select {
 				case <-killed:
+					return res
 				default:
 					l.mu.Lock()
-					l.notes = append(l.notes, fmt.Sprintf("writer %d: %s %s failed before the kill (outcome unknown): %v", w, o.op, o.name, err))
+					l.notes = append(l.notes, fmt.Sprintf("writer %d: %s %s failed before the kill (outcome unknown; the writer goes on without it): %v", w, o.op, o.name, err))
 					l.mu.Unlock()
 				}
 			}
-			return res
+			usable = slices.Delete(usable, k, k+1)
+			continue
 		}
 		next := crashState{}
 		if got != nil {
@@ -207,6 +220,7 @@ func (l *crashLedger) write(ctx context.Context, c *kubernetes.Clientset, w int,
 		res.acked++
 		l.once.Do(func() { close(l.firstAck) })
 	}
+	return res
 }
 
 // crashRejected reports a definite API refusal (the write did not happen),

@@ -47,10 +47,36 @@ var (
 	crashPhaseLine = regexp.MustCompile(`"Start-up phase done" logger="edgeplane" phase="([^"]+)"`)
 )
 
-// crashKillDuringStart starts edgeplane on dir and SIGKILLs it at kp. The
-// start must not fail on its own before that (the previous kill must have
-// left a data dir it accepts); it returns what the kill interrupted.
+// crashKillAttempts bounds the tries at landing a kill before ready.
+const crashKillAttempts = 4
+
+// crashKillDuringStart starts edgeplane on dir and SIGKILLs it at kp, during
+// start-up: a kill that lands after the server logged ready is not one, so
+// it tries again with half the spread (an earlier kill), and fails the test
+// when crashKillAttempts tries all came too late (start-up got faster than
+// the kill point: move it). The start must not fail on its own before that
+// (the previous kill must have left a data dir it accepts); it returns what
+// the kill interrupted.
 func crashKillDuringStart(t *testing.T, dir, ds string, kp crashKillPoint, rng *rand.Rand) string {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		what, duringStartup := crashKillOnce(t, dir, ds, kp, rng)
+		if duringStartup {
+			return what
+		}
+		if attempt == crashKillAttempts {
+			t.Errorf("%d kills at %q all landed after the server was ready (the last: %s): start-up is faster than this kill point; move it earlier",
+				attempt, kp.name, what)
+			return what
+		}
+		t.Logf("%s: landed after ready, not during start-up; again with half the spread", what)
+		kp.spread /= 2
+	}
+}
+
+// crashKillOnce is one start and SIGKILL at kp; it reports whether the kill
+// landed before the server logged that it was ready.
+func crashKillOnce(t *testing.T, dir, ds string, kp crashKillPoint, rng *rand.Rand) (string, bool) {
 	t.Helper()
 	begin := time.Now()
 	s := launch(t, dir, "--datastore", ds)
@@ -100,11 +126,14 @@ wait:
 	}
 	at := time.Since(begin)
 	crashKill(t, s, "during start-up at "+trigger)
+	// The process is gone and its output read to the end: the log says
+	// whether it got to ready first.
+	out := s.output.String()
 	last := "none"
-	if m := crashPhaseLine.FindAllStringSubmatch(s.output.String(), -1); len(m) > 0 {
+	if m := crashPhaseLine.FindAllStringSubmatch(out, -1); len(m) > 0 {
 		last = m[len(m)-1][1]
 	}
-	return fmt.Sprintf("%s: SIGKILL %d ms after exec, last start-up phase done: %s", trigger, at.Milliseconds(), last)
+	return fmt.Sprintf("%s: SIGKILL %d ms after exec, last start-up phase done: %s", trigger, at.Milliseconds(), last), !readyLine.MatchString(out)
 }
 
 // crashMarkers writes n ConfigMaps and returns them as acknowledged.

@@ -27,25 +27,30 @@ import (
 // crashPlan sizes one run: the CI form by default, the full form with
 // EDGEPLANE_RELIABILITY_FULL=1.
 type crashPlan struct {
-	full         bool
-	seed         uint64
-	cycles       int           // kill/restart cycles per datastore
-	writers      int           // concurrent writer goroutines
-	objects      int           // ConfigMaps owned by each writer
-	minRun       time.Duration // writers run at least this long before the kill
-	maxRun       time.Duration // and at most this long
-	startupFresh int           // start-up kills on a fresh data dir, per datastore
-	startupExist int           // start-up kills on a populated data dir, per datastore
+	full    bool
+	seed    uint64
+	cycles  int           // kill/restart cycles per datastore
+	writers int           // concurrent writer goroutines
+	objects int           // ConfigMaps owned by each writer
+	minRun  time.Duration // writers run at least this long before the kill
+	maxRun  time.Duration // and at most this long
 }
+
+// Floors of acknowledged writes per kill/restart cycle: the writers ran at
+// least minRun after the first acknowledgement (a few milliseconds a write
+// even on a loaded machine), so a cycle below them means writes failed or
+// stalled before the kill, which the cycle would otherwise pass with.
+const (
+	crashMinAckedPerWriter = 2
+	crashMinAckedPerCycle  = 20
+)
 
 func crashPlanFromEnv(t *testing.T) crashPlan {
 	t.Helper()
-	p := crashPlan{cycles: 3, writers: 6, objects: 8, minRun: 400 * time.Millisecond, maxRun: 1500 * time.Millisecond,
-		startupFresh: 3, startupExist: 2}
+	p := crashPlan{cycles: 3, writers: 6, objects: 8, minRun: 400 * time.Millisecond, maxRun: 1500 * time.Millisecond}
 	if os.Getenv("EDGEPLANE_RELIABILITY_FULL") == "1" {
 		p.full = true
 		p.cycles, p.writers, p.minRun, p.maxRun = 20, 8, 200*time.Millisecond, 4*time.Second
-		p.startupFresh, p.startupExist = 6, 6
 	}
 	p.seed = crashSeed()
 	if s := os.Getenv("EDGEPLANE_CRASH_SEED"); s != "" {
@@ -182,8 +187,9 @@ func crashKillRestart(t *testing.T, plan crashPlan, ds string) string {
 		res := ledger.writeAndKill(t, s, plan.seed, crashDatastoreIndex(ds), uint64(cycle), run)
 		acked += res.acked
 		unknown += res.unknown
-		if res.acked == 0 {
-			t.Fatalf("%s cycle %d: no write was acknowledged before the kill", ds, cycle)
+		if res.acked < crashMinAckedPerCycle || res.minWriter < crashMinAckedPerWriter {
+			t.Errorf("%s cycle %d: %d writes acknowledged in %s before the kill, the fewest by one writer %d; want at least %d, and %d by each writer",
+				ds, cycle, res.acked, run.Round(time.Millisecond), res.minWriter, crashMinAckedPerCycle, crashMinAckedPerWriter)
 		}
 		s, recovery = crashStart(t, dir, ds)
 		recoveries = append(recoveries, recovery)

@@ -16,6 +16,9 @@ import (
 // settings must keep what kubectl users rely on (apply twice, explain,
 // Deployments reconciled) while the OpenAPI v2 document is gone.
 func TestSmallProfile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the real server")
+	}
 	s := startServer(t, t.TempDir(), "--profile", "small")
 	if out := s.output.String(); !strings.Contains(out, `"Starting edgeplane" logger="edgeplane" profile="small"`) {
 		t.Fatalf("the start-up log does not name the small profile:\n%s", tail(out))
