@@ -17,6 +17,7 @@
 #   EDGEPLANE_BINARY   the binary to install
 #   EDGEPLANE_SERVER   agent: URL of a server of the cluster, https://HOST[:PORT]
 #   EDGEPLANE_TOKEN    agent: node token from that server, K10<ca-hash>::<id>.<secret>
+#                      (both unset on a host with an agent: the installed ones)
 #   EDGEPLANE_ROOT     install every file under this directory (for tests and
 #                      images); the service is then not started
 #   EDGEPLANE_INIT     systemd or openrc (default: systemd when it runs, else openrc)
@@ -45,7 +46,7 @@ DRY_RUN=false
 CHANGED=false
 
 usage() {
-	sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 info() { printf '[edgeplane] %s\n' "$*"; }
@@ -297,8 +298,14 @@ EOF
 
 # check_agent_env validates EDGEPLANE_SERVER and EDGEPLANE_TOKEN before
 # anything is written, reporting every problem at once and nothing of the
-# token. Both empty: a server install.
+# token. Both empty: the agent's env file's when an agent is installed (an
+# upgrade), else a server install.
 check_agent_env() {
+	if [ -z "$SERVER_URL" ] && [ -z "$TOKEN" ] && [ -f "$ROOT$AGENT_ENV_FILE" ]; then
+		SERVER_URL=$(sed -n 's/^EDGEPLANE_SERVER=//p' "$ROOT$AGENT_ENV_FILE" | tail -n 1)
+		TOKEN=$(sed -n 's/^EDGEPLANE_TOKEN=//p' "$ROOT$AGENT_ENV_FILE" | tail -n 1)
+		info "an agent is installed here: keeping the server and token of $AGENT_ENV_FILE (uninstall it first to install a server)"
+	fi
 	[ -z "$SERVER_URL" ] && [ -z "$TOKEN" ] && return 0
 	problems=""
 	if [ -z "$SERVER_URL" ]; then

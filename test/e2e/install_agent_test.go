@@ -31,8 +31,8 @@ func nodeToken(seed string) string {
 // EDGEPLANE_TOKEN, rooted under a temp dir, for systemd and OpenRC, on a host
 // with and without a container runtime and CNI plugins: a dry run writes
 // nothing, an install writes the agent's service, env file and agent.yaml
-// (none of the server's), a second install changes nothing, a new token
-// rewrites only the env file, and the uninstall script removes it all but the
+// (none of the server's), a second install changes nothing, nor does one
+// without the variables (an upgrade), a new token rewrites only the env file, and the uninstall script removes it all but the
 // data dir.
 func TestInstallAgent(t *testing.T) {
 	if testing.Short() {
@@ -127,6 +127,15 @@ func TestInstallAgent(t *testing.T) {
 			}
 			if strings.Contains(out, "wrote ") || strings.Contains(out, "linked ") {
 				t.Errorf("second install says it wrote something:\n%s", out)
+			}
+
+			// An upgrade without the variables keeps the agent's.
+			out = runScript(t, env[:len(env)-2], installScript)
+			if got := treeSnapshot(t, root); !sameTree(first, got) {
+				t.Fatalf("an install without EDGEPLANE_SERVER and EDGEPLANE_TOKEN on an agent changed files:\n%s\noutput:\n%s", diffTrees(first, got), out)
+			}
+			if !strings.Contains(out, "keeping the server and token of /"+agentEnvFile) {
+				t.Errorf("an install without the variables does not say it keeps the agent's:\n%s", out)
 			}
 
 			// A new token rewrites the env file and nothing else.
