@@ -165,32 +165,35 @@ func (c *Controller) next(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(name)
-	retry, err := c.sync(ctx, name)
+	retryIn, err := c.sync(ctx, name)
 	switch {
 	case err != nil:
 		utilruntime.HandleErrorWithContext(ctx, err, "Deciding a kubelet serving certificate request failed; retrying", "csr", name)
 		c.queue.AddRateLimited(name)
-	case retry:
+	case retryIn > 0:
+		// Look again after the backoff, and at the deadline at the
+		// latest (the queue holds a name once: whichever comes first).
 		c.queue.AddRateLimited(name)
+		c.queue.AddAfter(name, retryIn)
 	default:
 		c.queue.Forget(name)
 	}
 	return true
 }
 
-// sync decides the request name; retry asks to look again later (its
-// Node is not there yet).
-func (c *Controller) sync(ctx context.Context, name string) (retry bool, err error) {
+// sync decides the request name. A request whose Node is not there yet is
+// left pending: retryIn is then how long until it is denied for that.
+func (c *Controller) sync(ctx context.Context, name string) (retryIn time.Duration, err error) {
 	logger := klog.FromContext(ctx)
 	csr, err := c.lister.Get(name)
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return 0, nil
 	}
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	if decided(csr) || csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
-		return false, nil
+		return 0, nil
 	}
 
 	var node *corev1.Node
@@ -200,7 +203,7 @@ func (c *Controller) sync(ctx context.Context, name string) (retry bool, err err
 		case apierrors.IsNotFound(err):
 			node = nil
 		case err != nil:
-			return false, fmt.Errorf("get node %s: %w", nodeName, err)
+			return 0, fmt.Errorf("get node %s: %w", nodeName, err)
 		}
 	}
 	d := Decide(csr, node)
@@ -209,18 +212,18 @@ func (c *Controller) sync(ctx context.Context, name string) (retry bool, err err
 		if age < c.nodeWait {
 			logger.V(2).Info("A kubelet serving certificate request waits for its node", "csr", name, "node", d.Node,
 				"reason", d.Reason, "waited", age.Round(time.Second), "until", c.nodeWait)
-			return true, nil
+			return c.nodeWait - age, nil
 		}
 		d.Verdict = Deny
 		d.Message = fmt.Sprintf("edgeplane denied this kubelet serving certificate: %s, %s after the request (it waits %s)",
 			d.Message, age.Round(time.Second), c.nodeWait)
 	}
 	if err := c.setCondition(ctx, csr, d); err != nil {
-		return false, err
+		return 0, err
 	}
 	logger.Info("Decided a kubelet serving certificate request", "csr", name, "node", d.Node,
 		"decision", d.Verdict.String(), "reason", d.Reason, "message", d.Message)
-	return false, nil
+	return 0, nil
 }
 
 // setCondition writes the Approved or Denied condition through the
