@@ -90,5 +90,8 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 	for i, c := range components {
 		s.checks[names[i]].attach(c.Check)
 	}
-	return nil
+	if o.Disabled[componentControllerManager] {
+		return nil // nothing would sign what it approves
+	}
+	return s.mgr.start(ctx, &approver{adminKubeconfig: s.pki.AdminKubeconfig, kubeconfig: s.pki.ControllerManagerKubeconfig}, stopTimeout)
 }

@@ -70,6 +70,9 @@ func (k *Kubelet) Start(ctx context.Context) error {
 	if err := kubeletoptions.ValidateKubeletServer(s); err != nil {
 		return fmt.Errorf("kubelet: invalid settings: %w", err)
 	}
+	if err := portsFree(s); err != nil {
+		return err
+	}
 	deps, err := kubeletapp.UnsecuredDependencies(ctx, s, utilfeature.DefaultFeatureGate)
 	if err != nil {
 		return fmt.Errorf("kubelet: dependencies: %w", err)
@@ -90,6 +93,30 @@ func (k *Kubelet) Start(ctx context.Context) error {
 		k.mu.Unlock()
 		close(k.done)
 	}()
+	return nil
+}
+
+// portsFree checks the kubelet's ports before it starts: upstream's kubelet
+// ends the process (os.Exit) when it cannot listen, which in a server would
+// take the control plane down with it.
+func portsFree(s *kubeletoptions.KubeletServer) error {
+	for _, p := range []struct {
+		what string
+		addr string
+		port int32
+	}{
+		{"API", s.Address, s.Port},
+		{"healthz", s.HealthzBindAddress, s.HealthzPort},
+	} {
+		if p.port <= 0 {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(p.addr, strconv.Itoa(int(p.port))))
+		if err != nil {
+			return fmt.Errorf("kubelet: its %s port %d is in use (another kubelet, k3s or k0s on this host?): stop it, or pass --kubelet-arg=port=... and --kubelet-arg=healthz-port=..., or --disable=kubelet on a server (%v)", p.what, p.port, err)
+		}
+		_ = l.Close()
+	}
 	return nil
 }
 

@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -44,4 +47,32 @@ func ipCmd(t *testing.T, args ...string) {
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 	}
+}
+
+// unmountUnder registers a cleanup that unmounts what a kubelet left mounted
+// under dir (its root dir is a bind mount of itself, and pods' volumes are
+// tmpfs mounts), deepest first, so that t.TempDir's removal works. Register
+// it before starting the process, so that it runs after the process ends.
+func unmountUnder(t *testing.T, dir string) {
+	t.Helper()
+	t.Cleanup(func() {
+		data, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			t.Errorf("read mountinfo: %v", err)
+			return
+		}
+		var points []string
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+				points = append(points, f[4])
+			}
+		}
+		sort.Sort(sort.Reverse(sort.StringSlice(points)))
+		for _, p := range points {
+			if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+				t.Errorf("unmount %s: %v", p, err)
+			}
+		}
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -30,6 +31,7 @@ func nodeServer(t *testing.T, args ...string) (*server, *testcontainerd.Containe
 	t.Helper()
 	ctrd := testcontainerd.Start(t, testcontainerd.Options{})
 	dataDir := t.TempDir()
+	unmountUnder(t, dataDir)
 	writeAirgapImages(t, filepath.Join(dataDir, "agent", "images"))
 	nodeArgs := append([]string{
 		"--container-runtime-endpoint", ctrd.Endpoint,
@@ -46,6 +48,9 @@ func nodeServer(t *testing.T, args ...string) (*server, *testcontainerd.Containe
 // writeAirgapImages puts the workload and sandbox images in dir.
 func writeAirgapImages(t *testing.T, dir string) {
 	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	for _, img := range []testimage.Image{testimage.Busybox(), testimage.Pause()} {
 		if _, err := testimage.Write(dir, img); err != nil {
 			t.Fatal(err)

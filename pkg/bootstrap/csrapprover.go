@@ -1,0 +1,81 @@
+package bootstrap
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/edgeplane/edgeplane/pkg/csrapprover"
+)
+
+// componentCSRApprover decides kubelet serving certificate requests.
+const componentCSRApprover = "csr-approver"
+
+// csrApproverUser is the identity the approver works as: the
+// controller-manager's client certificate, bound to the approver's role.
+const csrApproverUser = "system:kube-controller-manager"
+
+// approver runs the kubelet-serving CSR approver (pkg/csrapprover) as a
+// component, next to the controller-manager's csrsigning controller, which
+// signs what it approves.
+type approver struct {
+	adminKubeconfig string
+	kubeconfig      string
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (a *approver) Name() string { return componentCSRApprover }
+
+// Start binds the approver's role and starts it in the background.
+func (a *approver) Start(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName(componentCSRApprover)
+	admin, err := adminClient(a.adminKubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := csrapprover.EnsureRBAC(ctx, admin, csrApproverUser); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", a.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("%s: %w", componentCSRApprover, err)
+	}
+	cfg.UserAgent = "edgeplane/" + componentCSRApprover
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("%s: %w", componentCSRApprover, err)
+	}
+	c, err := csrapprover.New(client, csrapprover.Options{})
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
+	a.cancel = cancel
+	a.wg.Go(func() { c.Run(runCtx, 1) })
+	return nil
+}
+
+// Ready is immediate: requests wait in the queue until the informer syncs.
+func (a *approver) Ready(context.Context) error { return nil }
+
+// Stop ends the approver and waits for it.
+func (a *approver) Stop(ctx context.Context) error {
+	if a.cancel == nil {
+		return nil
+	}
+	a.cancel()
+	done := make(chan struct{})
+	go func() { a.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
