@@ -169,6 +169,9 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	if err := s.startDay2(ctx, o, port, storage); err != nil {
 		return nil, err
 	}
+	if err := s.startNodeJoin(ctx, o); err != nil { // cluster-info, kubeadm's ConfigMaps, the default node token
+		return nil, err
+	}
 	if err := etcdJoin.publish(ctx, pki); err != nil {
 		return nil, err
 	}

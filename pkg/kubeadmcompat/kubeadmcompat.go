@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,8 +48,9 @@ type Config struct {
 	// KubernetesVersion is the API server's version, v1.37.2.
 	KubernetesVersion string
 	ServiceCIDR       string
-	PodCIDR           string // may be empty
-	ClusterDomain     string
+	// ServiceCIDR and PodCIDR may be dual-stack, "a,b"; PodCIDR may be empty.
+	PodCIDR       string
+	ClusterDomain string
 	// ClusterDNS is the cluster DNS Service's address(es); may be empty.
 	ClusterDNS []net.IP
 }
@@ -67,12 +69,14 @@ func (c Config) Validate() []error {
 	if c.KubernetesVersion == "" {
 		errs = append(errs, errors.New("kubeadmcompat: no Kubernetes version"))
 	}
-	for name, cidr := range map[string]string{"service CIDR": c.ServiceCIDR, "pod CIDR": c.PodCIDR} {
-		if cidr == "" && name == "pod CIDR" {
+	for _, f := range []struct{ name, cidrs string }{{"service CIDR", c.ServiceCIDR}, {"pod CIDR", c.PodCIDR}} {
+		if f.cidrs == "" && f.name == "pod CIDR" {
 			continue
 		}
-		if _, _, err := net.ParseCIDR(cidr); err != nil {
-			errs = append(errs, fmt.Errorf("kubeadmcompat: %s %q: %v", name, cidr, err))
+		for _, cidr := range strings.Split(f.cidrs, ",") { // dual-stack: a,b
+			if _, _, err := net.ParseCIDR(strings.TrimSpace(cidr)); err != nil {
+				errs = append(errs, fmt.Errorf("kubeadmcompat: %s %q: %v", f.name, cidr, err))
+			}
 		}
 	}
 	if c.ClusterDomain == "" {
