@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -17,7 +18,7 @@ func newCheckCommand() *cobra.Command {
 	o := bootstrap.NewOptions()
 	cmd := &cobra.Command{
 		Use:   "check",
-		Short: "Check this host before running the server: clock, port, data dir, memory, cgroups, kernel",
+		Short: "Check this host before running the server: clock, port, data dir, memory, cgroups, kernel, container runtime",
 		Long: "Check this host for what `edgeplane server` with the same flags and config file needs.\n" +
 			"Prints one finding per line (ok, warn or BLOCKER) and exits non-zero when there is a blocker.",
 		Args: cobra.NoArgs,
@@ -46,6 +47,14 @@ func newCheckCommand() *cobra.Command {
 				read.Message = "read " + strings.Join(files, ", ")
 			}
 			findings = append([]preflight.Finding{read}, findings...)
+			// The server's own node: its container runtime and the
+			// cgroups its kubelet would run on.
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			runtime := preflight.GatherRuntime(ctx, o.Node.RuntimeEndpoint, disables(o.Disable, "kubelet"))
+			findings = append(findings, preflight.EvaluateRuntime(runtime)...)
 			if preflight.Report(cmd.OutOrStdout(), findings) {
 				return errors.New("check found blockers")
 			}
@@ -55,4 +64,17 @@ func newCheckCommand() *cobra.Command {
 	o.AddFlags(cmd.Flags())
 	addConfigFlag(cmd.Flags())
 	return cmd
+}
+
+// disables tells whether the --disable values (repeatable, comma lists)
+// name component.
+func disables(values []string, component string) bool {
+	for _, v := range values {
+		for _, name := range strings.Split(v, ",") {
+			if strings.TrimSpace(name) == component {
+				return true
+			}
+		}
+	}
+	return false
 }
