@@ -130,8 +130,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 
 func (c *Controller) run(ctx context.Context, workers int) {
 	defer utilruntime.HandleCrashWithContext(ctx)
-	logger := klog.FromContext(ctx).WithName("csrapprover")
-	ctx = klog.NewContext(ctx, logger)
+	logger := klog.FromContext(ctx)
 	if workers < 1 {
 		workers = 1
 	}
