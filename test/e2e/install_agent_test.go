@@ -381,3 +381,43 @@ func mounted(t *testing.T, dir string) bool {
 	}
 	return false
 }
+
+// TestInstallAgentConfigFile checks the agent.yaml install.sh writes against
+// the installed binary's `edgeplane agent`: the file as written, and with
+// every example uncommented, is read without a config error (unknown key,
+// wrong type); the agent then stops at the missing --server.
+func TestInstallAgentConfigFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("uses the built binary")
+	}
+	root := t.TempDir()
+	env := []string{"EDGEPLANE_ROOT=" + root, "EDGEPLANE_BINARY=" + binary, "EDGEPLANE_INIT=systemd", "PATH=/usr/local/bin:/usr/bin:/bin",
+		"EDGEPLANE_SERVER=https://192.0.2.10:6443", "EDGEPLANE_TOKEN=" + nodeToken("config")}
+	runScript(t, env, installScript)
+	written := filepath.Join(root, agentConfigFile)
+	// The examples run from the first commented key to the end.
+	text := readFile(t, written)
+	start := strings.Index(text, "\n#data-dir:")
+	if start < 0 {
+		t.Fatalf("agent.yaml has no data-dir example:\n%s", text)
+	}
+	var examples []string
+	for _, line := range strings.Split(strings.TrimSpace(text[start:]), "\n") {
+		examples = append(examples, strings.TrimPrefix(line, "#"))
+	}
+	uncommented := filepath.Join(t.TempDir(), "examples", "agent.yaml")
+	writeConfig(t, uncommented, strings.Join(examples, "\n")+"\n")
+
+	for name, file := range map[string]string{"as written": written, "examples uncommented": uncommented} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, filepath.Join(root, "usr/local/bin/edgeplane"), "agent", "--config", file)
+			cmd.Env = envWithout("EDGEPLANE_SERVER", "EDGEPLANE_TOKEN")
+			out, err := cmd.CombinedOutput()
+			if err == nil || strings.Contains(string(out), file+":") || !strings.Contains(string(out), "--server") {
+				t.Errorf("edgeplane agent --config %s: %v, want it to read the file and stop at the missing --server:\n%s", file, err, out)
+			}
+		})
+	}
+}
