@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,21 @@ type configuration struct {
 	// (kubeadm.go), which edgeplane runs in its one process.
 	Controllers bool
 	Profile     string // edgeplane --profile; empty: default (this benchmark's hosts are not small)
+	// Args are more edgeplane flags (the idle window's 5-minute-compaction twin).
+	Args []string
+}
+
+// upstreamCompaction is kube-apiserver's default compaction interval; an
+// edgeplane configuration also runs idle at it (idleCompactionTwin), so that
+// idle disk writes compare at the same interval as well as at the defaults.
+const upstreamCompaction = "5m"
+
+// idleCompactionTwin is c with upstream's compaction interval, for the idle
+// window only.
+func idleCompactionTwin(c configuration) configuration {
+	c.Name += "-compact" + upstreamCompaction
+	c.Args = append(slices.Clone(c.Args), "--compaction-interval="+upstreamCompaction)
+	return c
 }
 
 // configurations lists what the benchmark can run, by name.

@@ -45,6 +45,7 @@ type loadResult struct {
 	WatchLoadP50, WatchLoadP99       time.Duration // during the creates
 	WatchLoadE2EP50, WatchLoadE2EP99 time.Duration
 	WatchLoadN                       int // events matched
+	WatchLoadMissed                  int // events of acknowledged creates that never arrived (not in the percentiles)
 	WatchLoadEarly                   int // events that arrived before the response
 	// WatchLoadSlowest: the slowest 2% of those events by when their write
 	// was acknowledged, to tell stalls (many writes acknowledged together,
@@ -225,7 +226,6 @@ func runLoad(ctx context.Context, base *rest.Config, cpu func() time.Duration, r
 	res.CreateTime = time.Since(t0)
 	res.PeakRSS, _ = rssSampler.Stop()
 	res.CPUPerCreate = (cpu() - cpu0) / time.Duration(n)
-	res.CreatesPerS = float64(n) / res.CreateTime.Seconds()
 	var ok []time.Duration
 	for i := range n {
 		if failed[i] {
@@ -234,6 +234,9 @@ func runLoad(ctx context.Context, base *rest.Config, cpu func() time.Duration, r
 			ok = append(ok, lat[i])
 		}
 	}
+	// Only what was created counts: a configuration that fails requests
+	// fast would otherwise look fast (the table shows the errors).
+	res.CreatesPerS = float64(n-res.Errors) / res.CreateTime.Seconds()
 	res.CreateP50, res.CreateP99 = percentile(ok, 50), percentile(ok, 99)
 
 	// Every created object's event, then their delivery latency.
@@ -264,6 +267,8 @@ func runLoad(ctx context.Context, base *rest.Config, cpu func() time.Duration, r
 			wl = append(wl, max(d, 0))
 			samples = append(samples, watchSample{Acked: acked[i].Sub(t0), Late: max(d, 0)})
 			we = append(we, at.Sub(sent[i]))
+		} else if !seen && !failed[i] {
+			res.WatchLoadMissed++
 		}
 	}
 	ev.mu.Unlock()

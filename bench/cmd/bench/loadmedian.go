@@ -21,10 +21,18 @@ func medianLoad(runs []loadResult) loadResult {
 	count := func(f func(loadResult) int) int {
 		return int(num(func(l loadResult) float64 { return float64(f(l)) }))
 	}
+	total := func(f func(loadResult) int) int {
+		n := 0
+		for _, l := range runs {
+			n += f(l)
+		}
+		return n
+	}
 	m := loadResult{
-		Creates:         runs[0].Creates,
-		Clients:         runs[0].Clients,
-		Errors:          count(func(l loadResult) int { return l.Errors }),
+		Creates: runs[0].Creates,
+		Clients: runs[0].Clients,
+		// Failures are summed, not a median: one run with errors marks the configuration.
+		Errors:          total(func(l loadResult) int { return l.Errors }),
 		CreateTime:      dur(func(l loadResult) time.Duration { return l.CreateTime }),
 		CreatesPerS:     num(func(l loadResult) float64 { return l.CreatesPerS }),
 		CPUPerCreate:    dur(func(l loadResult) time.Duration { return l.CPUPerCreate }),
@@ -39,6 +47,7 @@ func medianLoad(runs []loadResult) loadResult {
 		WatchLoadE2EP99: dur(func(l loadResult) time.Duration { return l.WatchLoadE2EP99 }),
 		WatchLoadN:      count(func(l loadResult) int { return l.WatchLoadN }),
 		WatchLoadEarly:  count(func(l loadResult) int { return l.WatchLoadEarly }),
+		WatchLoadMissed: total(func(l loadResult) int { return l.WatchLoadMissed }),
 		WatchPaced:      runs[0].WatchPaced,
 		WatchP50:        dur(func(l loadResult) time.Duration { return l.WatchP50 }),
 		WatchP99:        dur(func(l loadResult) time.Duration { return l.WatchP99 }),

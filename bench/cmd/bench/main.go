@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -276,7 +277,7 @@ func (r *runner) launch(ctx context.Context, c configuration, dir, logs string) 
 
 func (r *runner) extraArgs(c configuration) []string {
 	if c.Edgeplane {
-		return r.o.edgeplaneArgs
+		return append(slices.Clone(r.o.edgeplaneArgs), c.Args...)
 	}
 	return nil
 }
@@ -399,6 +400,7 @@ func (r *runner) idleWindow(ctx context.Context) {
 		in     *instance
 		res    *configResult
 		before ioCounters
+		twin   bool // the 5-minute-compaction twin: its figure goes to res.IdleCompact5m
 	}
 	var all []*running
 	defer func() {
@@ -419,6 +421,24 @@ func (r *runner) idleWindow(ctx context.Context) {
 			continue
 		}
 		all = append(all, &running{in: in, res: res})
+		if !c.Edgeplane {
+			continue
+		}
+		// The same configuration at upstream's compaction interval, side
+		// by side, on a fresh data dir of its own.
+		tw := idleCompactionTwin(c)
+		dir := r.dataDir(tw, 1)
+		if err := prepare(tw, dir); err != nil {
+			res.Err = fmt.Sprintf("idle start of %s: %v", tw.Name, err)
+			continue
+		}
+		in, _, err = r.launch(ctx, tw, dir, filepath.Join(r.runDir, tw.Name, "logs", "idle"))
+		if err != nil {
+			res.Err = fmt.Sprintf("idle start of %s: %v", tw.Name, err)
+			logf("%s: %s", c.Name, res.Err)
+			continue
+		}
+		all = append(all, &running{in: in, res: res, twin: true})
 	}
 	if len(all) == 0 {
 		return
@@ -431,8 +451,18 @@ func (r *runner) idleWindow(ctx context.Context) {
 	}
 	load0 := procfs.LoadAvg()
 	t0 := time.Now()
+	// A counter that cannot be read now would make the window's figure
+	// count everything since start-up: that configuration has no idle figure.
+	var measured []*running
 	for _, x := range all {
-		x.before, _ = x.in.counters()
+		before, err := x.in.counters()
+		if err != nil {
+			x.res.Err = fmt.Sprintf("idle: reading the disk counters at the window's start: %v", err)
+			logf("%s: %s", x.res.Name, x.res.Err)
+			continue
+		}
+		x.before = before
+		measured = append(measured, x)
 	}
 	end := t0.Add(r.o.idle)
 	for time.Now().Before(end) {
@@ -446,7 +476,7 @@ func (r *runner) idleWindow(ctx context.Context) {
 		}
 	}
 	window := time.Since(t0)
-	for _, x := range all {
+	for _, x := range measured {
 		after, err := x.in.counters()
 		if err != nil {
 			x.res.Err = fmt.Sprintf("idle: %v", err)
@@ -454,12 +484,19 @@ func (r *runner) idleWindow(ctx context.Context) {
 		}
 		m, _ := x.in.memory()
 		d := after.sub(x.before)
-		x.res.Idle = &idleResult{
+		idle := &idleResult{
 			Window: window, Written: d.WriteBytes, Cancelled: d.CancelledWriteBytes, WChar: d.WChar, CPU: d.CPU,
 			MemEnd: m, Load1Start: load0, Load1End: procfs.LoadAvg(), DiskBytes: dirSize(x.in.dataDir),
 		}
-		logf("%s idle: %s written (%.1f MB/h), CPU %.2f%%, RSS %s", x.res.Name, mb(d.WriteBytes),
-			x.res.Idle.perHour(), x.res.Idle.cpuPercent(), mib(m.RSS))
+		name := x.res.Name
+		if x.twin {
+			x.res.IdleCompact5m = idle
+			name += " (compaction every " + upstreamCompaction + ")"
+		} else {
+			x.res.Idle = idle
+		}
+		logf("%s idle: %s written (%.1f MB/h), CPU %.2f%%, RSS %s", name, mb(d.WriteBytes),
+			idle.perHour(), idle.cpuPercent(), mib(m.RSS))
 	}
 }
 

@@ -20,29 +20,57 @@ import (
 // faults.
 
 // dropPageCache writes back and drops the cached pages of each file and
-// returns how many bytes of them were cached before.
+// returns how many bytes of them were cached before. It checks that the drop
+// took: a file whose pages stay (tmpfs, where the pages are the file, or one
+// mapped by a running process) is an error, since the cold starts would then
+// not be cold.
 func dropPageCache(paths []string) (int64, error) {
 	var cached int64
 	for _, p := range paths {
-		f, err := os.Open(p)
+		n, err := dropFile(p)
+		cached += n
 		if err != nil {
 			return cached, err
 		}
-		n, err := residentBytes(f)
-		cached += n
-		// Dirty pages (a binary just linked) are not dropped: write them first.
-		if err == nil {
-			err = f.Sync()
-		}
-		if err == nil {
-			err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-		}
-		f.Close()
-		if err != nil {
-			return cached, fmt.Errorf("dropping %s from the page cache: %w", p, err)
-		}
 	}
 	return cached, nil
+}
+
+// maxResidentAfterDrop is the share of a file that may stay cached after the
+// drop (pages being read back meanwhile by something else).
+const maxResidentAfterDrop = 0.05
+
+func dropFile(p string) (int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	before, err := residentBytes(f)
+	// Dirty pages (a binary just linked) are not dropped: write them first.
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	}
+	if err != nil {
+		return before, fmt.Errorf("dropping %s from the page cache: %w", p, err)
+	}
+	after, err := residentBytes(f)
+	if err != nil {
+		return before, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return before, err
+	}
+	if float64(after) > maxResidentAfterDrop*float64(fi.Size()) {
+		return before, fmt.Errorf("%s: %d of its %d bytes still in the page cache after dropping it (on tmpfs, or mapped by a running process?): "+
+			"the cold start would not be cold; put the binaries on a disk filesystem (BENCH_ARGS='-bin DIR') or pass -keep-page-cache",
+			p, after, fi.Size())
+	}
+	return before, nil
 }
 
 // residentBytes is how much of the open file f is in the page cache

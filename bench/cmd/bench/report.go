@@ -72,7 +72,10 @@ type configResult struct {
 	Load             *loadResult  // their medians
 	LoadErr          string
 	Idle             *idleResult
-	Err              string
+	// IdleCompact5m is an edgeplane configuration's idle window at
+	// upstream's 5-minute compaction interval (edgeplane's default is 15).
+	IdleCompact5m *idleResult
+	Err           string
 }
 
 type machine struct {
@@ -221,6 +224,25 @@ type row struct {
 	format string
 	value  func(*configResult) (float64, bool)
 	higher bool // higher is better
+	// note marks a cell whose figure hides a failure (errors, missed events).
+	note func(*configResult) string
+}
+
+// loadNote marks the load figures of a configuration whose requests failed.
+func loadNote(r *configResult) string {
+	if r.Load != nil && r.Load.Errors > 0 {
+		return fmt.Sprintf(" ⚠ %d errors", r.Load.Errors)
+	}
+	return ""
+}
+
+// watchNote marks the during-the-creates watch figures of a configuration
+// whose watch missed events.
+func watchNote(r *configResult) string {
+	if r.Load != nil && r.Load.WatchLoadMissed > 0 {
+		return fmt.Sprintf(" ⚠ %d missed", r.Load.WatchLoadMissed)
+	}
+	return ""
 }
 
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -261,7 +283,13 @@ func (rep *report) rows() []row {
 		{label: "PSS at ready", unit: "MiB", format: "%.0f", value: func(r *configResult) (float64, bool) {
 			return medianOf(r.Cold, func(s startSample) float64 { return mibf(s.Mem.PSS) })
 		}},
-		{label: fmt.Sprintf("RSS after %s idle", o.Settle), unit: "MiB", format: "%.0f", value: func(r *configResult) (float64, bool) {
+		{label: fmt.Sprintf("RSS at the end of the idle window (steady state: %s settling + %s)", o.IdleSettle, o.Idle), unit: "MiB", format: "%.0f", value: func(r *configResult) (float64, bool) {
+			if r.Idle == nil {
+				return 0, false
+			}
+			return mibf(r.Idle.MemEnd.RSS), true
+		}},
+		{label: fmt.Sprintf("RSS after %s idle (just after edgeplane releases its start-up pages, 30 s after ready)", o.Settle), unit: "MiB", format: "%.0f", value: func(r *configResult) (float64, bool) {
 			if r.MemIdle == nil {
 				return 0, false
 			}
@@ -274,7 +302,9 @@ func (rep *report) rows() []row {
 			return mibf(r.MemIdle.Mem.PSS), true
 		}},
 		{label: fmt.Sprintf("%d ConfigMap creates, %d clients", o.Creates, o.Clients), unit: "creates/s", format: "%.0f", higher: true,
-			value: load(func(l *loadResult) float64 { return l.CreatesPerS })},
+			value: load(func(l *loadResult) float64 { return l.CreatesPerS }), note: loadNote},
+		{label: "create errors (all cold starts; creates/s counts successes only)", format: "%.0f",
+			value: load(func(l *loadResult) float64 { return float64(l.Errors) }), note: loadNote},
 		{label: "server CPU per create (all processes)", unit: "ms", format: "%.2f", value: load(func(l *loadResult) float64 { return msf(l.CPUPerCreate) })},
 		{label: "peak RSS during the creates", unit: "MiB", format: "%.0f", value: load(func(l *loadResult) float64 { return mibf(l.PeakRSS) })},
 		{label: "create latency p50", unit: "ms", format: "%.1f", value: load(func(l *loadResult) float64 { return msf(l.CreateP50) })},
@@ -284,25 +314,27 @@ func (rep *report) rows() []row {
 		{label: "watch, paced writes: response to event p99", unit: "ms", format: "%.2f", value: load(func(l *loadResult) float64 { return msf(l.WatchP99) })},
 		{label: "watch, paced writes: request to event p50", unit: "ms", format: "%.2f", value: load(func(l *loadResult) float64 { return msf(l.WatchE2EP50) })},
 		{label: "watch, paced writes: request to event p99", unit: "ms", format: "%.2f", value: load(func(l *loadResult) float64 { return msf(l.WatchE2EP99) })},
-		{label: "watch, during the creates: response to event p50", unit: "ms", format: "%.2f", value: load(func(l *loadResult) float64 { return msf(l.WatchLoadP50) })},
-		{label: "watch, during the creates: response to event p99", unit: "ms", format: "%.2f", value: load(func(l *loadResult) float64 { return msf(l.WatchLoadP99) })},
+		{label: "watch, during the creates: response to event p50", unit: "ms", format: "%.2f", value: load(func(l *loadResult) float64 { return msf(l.WatchLoadP50) }), note: watchNote},
+		{label: "watch, during the creates: response to event p99", unit: "ms", format: "%.2f", value: load(func(l *loadResult) float64 { return msf(l.WatchLoadP99) }), note: watchNote},
+		{label: "watch, during the creates: events never delivered (all cold starts; not in the percentiles)", format: "%.0f",
+			value: load(func(l *loadResult) float64 { return float64(l.WatchLoadMissed) }), note: watchNote},
 		{label: fmt.Sprintf("disk writes idle (%s window)", o.Idle), unit: "MB/h", format: "%.2f", value: func(r *configResult) (float64, bool) {
 			if r.Idle == nil {
 				return 0, false
 			}
 			return r.Idle.perHour(), true
 		}},
+		{label: "disk writes idle, compaction every " + upstreamCompaction + " as upstream's default", unit: "MB/h", format: "%.2f", value: func(r *configResult) (float64, bool) {
+			if r.IdleCompact5m == nil {
+				return 0, false
+			}
+			return r.IdleCompact5m.perHour(), true
+		}},
 		{label: "CPU idle", unit: "% of a core", format: "%.2f", value: func(r *configResult) (float64, bool) {
 			if r.Idle == nil {
 				return 0, false
 			}
 			return r.Idle.cpuPercent(), true
-		}},
-		{label: "RSS at the end of the idle window", unit: "MiB", format: "%.0f", value: func(r *configResult) (float64, bool) {
-			if r.Idle == nil {
-				return 0, false
-			}
-			return mibf(r.Idle.MemEnd.RSS), true
 		}},
 		{label: "data dir on disk after the run", unit: "MB", format: "%.1f", value: func(r *configResult) (float64, bool) {
 			if r.Idle == nil {
@@ -348,13 +380,17 @@ func (rep *report) table() string {
 		}
 		for _, r := range rep.Results {
 			v, ok := rw.value(r)
+			note := ""
+			if ok && rw.note != nil {
+				note = rw.note(r)
+			}
 			switch {
 			case !ok:
 				b.WriteString(" – |")
 			case r == base || !bok || bv == 0:
-				fmt.Fprintf(&b, " "+rw.format+" |", v)
+				fmt.Fprintf(&b, " "+rw.format+"%s |", v, note)
 			default:
-				fmt.Fprintf(&b, " "+rw.format+" (%.2f×) |", v, v/bv)
+				fmt.Fprintf(&b, " "+rw.format+" (%.2f×)%s |", v, v/bv, note)
 			}
 		}
 		b.WriteString("\n")
@@ -439,8 +475,8 @@ func (rep *report) markdown() string {
 			for _, t := range l.ListTimes {
 				fmt.Fprintf(&b, " %.0f", msf(t))
 			}
-			fmt.Fprintf(&b, " ms; watch: %d events during the creates (%d before the response; request to event p50 %.2f ms p99 %.2f ms), %d paced (%d before the response) (load %.2f)\n",
-				l.WatchLoadN, l.WatchLoadEarly, msf(l.WatchLoadE2EP50), msf(l.WatchLoadE2EP99), l.WatchPaced, l.WatchEarly, l.Load1)
+			fmt.Fprintf(&b, " ms; watch: %d events during the creates, %d never delivered (%d before the response; request to event p50 %.2f ms p99 %.2f ms), %d paced (%d before the response) (load %.2f)\n",
+				l.WatchLoadN, l.WatchLoadMissed, l.WatchLoadEarly, msf(l.WatchLoadE2EP50), msf(l.WatchLoadE2EP99), l.WatchPaced, l.WatchEarly, l.Load1)
 			if n := len(l.WatchLoadSlowest); n > 0 {
 				runs, longest := stalls(l.WatchLoadSlowest, 5*time.Millisecond)
 				fmt.Fprintf(&b, "  - the slowest %d of those events (%.1f to %.1f ms after the response) were written in %d bursts (responses within 5 ms of each other), the largest %d events\n",
