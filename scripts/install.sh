@@ -318,7 +318,7 @@ check_agent_env() {
 		esac
 	fi
 	if [ -z "$TOKEN" ]; then
-		problems="${problems:+$problems$NL}EDGEPLANE_SERVER is set but EDGEPLANE_TOKEN is not: an agent needs both; get a node token from the server (edgeplane token --help there), or unset EDGEPLANE_SERVER to install a server"
+		problems="${problems:+$problems$NL}EDGEPLANE_SERVER is set but EDGEPLANE_TOKEN is not: an agent needs both; on a server, 'edgeplane token --node' prints one (or 'edgeplane token create' makes one), or unset EDGEPLANE_SERVER to install a server"
 	elif ! matches "$TOKEN" '^K10[0-9a-f]{64}::[a-z0-9]{6}\.[a-z0-9]{16}$'; then
 		if matches "$TOKEN" '^K10[0-9a-fA-F]*::server:'; then
 			why="it is a server join token (K10...::server:...), which only servers join with"
@@ -327,7 +327,7 @@ check_agent_env() {
 		else
 			why="want K10<64 hex digits, lower case>::<6 characters a-z0-9>.<16 characters a-z0-9>"
 		fi
-		problems="${problems:+$problems$NL}EDGEPLANE_TOKEN is not a node token: $why; get a node token from the server (edgeplane token --help there)"
+		problems="${problems:+$problems$NL}EDGEPLANE_TOKEN is not a node token: $why; on a server, 'edgeplane token --node' prints one (or 'edgeplane token create' makes one)"
 	fi
 	if [ -n "$problems" ]; then
 		printf '%s\n' "$problems" | while IFS= read -r line; do
