@@ -199,8 +199,9 @@ systemd_unit() {
 	if [ "$1" = agent ]; then
 		desc="edgeplane agent: a Kubernetes node joined to an edgeplane server"
 		has_containerd_service systemd && after="$after containerd.service"
-		# The token stays in the env file (0600), out of the unit.
-		env=$AGENT_ENV_FILE args="agent --server \${EDGEPLANE_SERVER} --token \${EDGEPLANE_TOKEN}"
+		# The token stays in the env file (0600), out of the unit and off the
+		# command line (ps): the agent reads $EDGEPLANE_TOKEN itself.
+		env=$AGENT_ENV_FILE args="agent --server \${EDGEPLANE_SERVER}"
 		# Pods run in the container runtime and outlive an agent restart; a
 		# first start registers the node (discovery, images, certificates).
 		extra="Delegate=yes$NL" timeout=15min
@@ -239,7 +240,7 @@ openrc_script() {
 	if [ "$1" = agent ]; then
 		desc="edgeplane agent: a Kubernetes node joined to an edgeplane server" env=$AGENT_ENV_FILE log=$AGENT_LOG
 		# Expanded when the service starts, after start_pre read the env file.
-		args="agent --server \\\${EDGEPLANE_SERVER} --token \\\${EDGEPLANE_TOKEN}"
+		args="agent --server \\\${EDGEPLANE_SERVER}"
 		has_containerd_service openrc && after="$after containerd"
 	fi
 	cat <<EOF

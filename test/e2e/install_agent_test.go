@@ -225,7 +225,7 @@ func checkAgentService(t *testing.T, root, init, wantAfter, server, token string
 		unit := readFile(t, filepath.Join(root, agentUnit))
 		for _, want := range []string{"Type=notify", "Restart=on-failure", "KillMode=process", "Delegate=yes", "TimeoutStartSec=15min",
 			"\nEnvironmentFile=/etc/edgeplane/edgeplane-agent.env\n",
-			"\nExecStart=/usr/local/bin/edgeplane agent --server ${EDGEPLANE_SERVER} --token ${EDGEPLANE_TOKEN}\n"} {
+			"\nExecStart=/usr/local/bin/edgeplane agent --server ${EDGEPLANE_SERVER}\n"} {
 			if !strings.Contains(unit, want) {
 				t.Errorf("unit lacks %q:\n%s", want, unit)
 			}
@@ -254,7 +254,7 @@ func checkAgentService(t *testing.T, root, init, wantAfter, server, token string
 		"sh", script, filepath.Join(root, agentEnvFile))
 	cmd.Env = envWithout("EDGEPLANE_SERVER", "EDGEPLANE_TOKEN")
 	out, err := cmd.CombinedOutput()
-	want := strings.Join([]string{"/usr/local/bin/edgeplane", "agent", "--server", server, "--token", token}, "\n") + "\n"
+	want := strings.Join([]string{"/usr/local/bin/edgeplane", "agent", "--server", server}, "\n") + "\n"
 	if err != nil || string(out) != want {
 		t.Errorf("OpenRC would run (err %v):\n%s\nwant:\n%s", err, out, want)
 	}

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"os"
+
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
@@ -11,6 +13,9 @@ import (
 // agentConfigPath is the agent's default config file: its keys are the
 // agent's flags, which differ from the server's.
 const agentConfigPath = "/etc/edgeplane/agent.yaml"
+
+// tokenEnv is read when --token is not given (install.sh's agent service).
+const tokenEnv = "EDGEPLANE_TOKEN"
 
 func newAgentCommand() *cobra.Command {
 	o := bootstrap.NewAgentOptions()
@@ -25,6 +30,10 @@ func newAgentCommand() *cobra.Command {
 			}
 			if len(files) > 0 {
 				klog.InfoS("Read config", "files", files)
+			}
+			if o.Token == "" {
+				// From the service's env file (0600), kept off the command line.
+				o.Token = os.Getenv(tokenEnv)
 			}
 			completed, err := o.Complete()
 			if err != nil {
