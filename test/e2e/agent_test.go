@@ -1,0 +1,392 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	fakecri "k8s.io/cri-client/pkg/fake"
+
+	"github.com/edgeplane/edgeplane/internal/testimage"
+)
+
+// agentProc is one `edgeplane agent` process.
+type agentProc struct {
+	cmd    *exec.Cmd
+	output *syncBuffer
+	exited chan struct{}
+	err    error
+}
+
+func startAgent(t *testing.T, args ...string) *agentProc {
+	t.Helper()
+	a := &agentProc{output: &syncBuffer{}, exited: make(chan struct{})}
+	a.cmd = exec.Command(binary, append([]string{"agent", "--config", ""}, args...)...)
+	a.cmd.Stdout, a.cmd.Stderr = a.output, a.output
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.err = a.cmd.Wait(); close(a.exited) }()
+	t.Cleanup(func() {
+		a.kill()
+		if t.Failed() {
+			t.Logf("agent output:\n%s", tail(a.output.String()))
+		}
+	})
+	return a
+}
+
+// stop sends SIGTERM and expects a clean exit within a minute.
+func (a *agentProc) stop(t *testing.T) {
+	t.Helper()
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("agent did not stop within a minute of SIGTERM:\n%s", tail(a.output.String()))
+	}
+	if a.err != nil {
+		t.Fatalf("agent exited with %v after SIGTERM:\n%s", a.err, tail(a.output.String()))
+	}
+}
+
+func (a *agentProc) kill() {
+	select {
+	case <-a.exited:
+	default:
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+	}
+}
+
+// waitExit waits for the agent to end by itself and returns its output.
+func (a *agentProc) waitExit(t *testing.T, within time.Duration) string {
+	t.Helper()
+	select {
+	case <-a.exited:
+	case <-time.After(within):
+		t.Fatalf("agent still running after %s:\n%s", within, tail(a.output.String()))
+	}
+	if a.err == nil {
+		t.Fatalf("agent exited 0, want a failure:\n%s", tail(a.output.String()))
+	}
+	return a.output.String()
+}
+
+// fakeRuntime serves the kubelet's fake CRI runtime on a socket in dir: the
+// agent test's kubelet registers and heartbeats for real, its "containers"
+// are fakes (the server's own node runs real ones, TestNodeServer).
+func fakeRuntime(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "epcri")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	endpoint := "unix://" + filepath.Join(dir, "cri.sock")
+	f := fakecri.NewFakeRemoteRuntime()
+	if err := f.Start(endpoint); err != nil {
+		t.Fatal(err)
+	}
+	// The workload image, as if imported (the kubelet wants an ID and a size).
+	f.ImageService.SetFakeImageSize(1 << 20)
+	f.ImageService.SetFakeImages([]string{testimage.DefaultBusyboxName})
+	t.Cleanup(f.Stop)
+	return endpoint
+}
+
+// agentKubeletArgs keep a second kubelet on this host out of the first's
+// way: its own ports, and no pod cgroups of its own to reconcile.
+var agentKubeletArgs = []string{
+	"--kubelet-arg=port=10350", "--kubelet-arg=healthz-port=10348",
+	"--kubelet-arg=cgroups-per-qos=false", "--kubelet-arg=enforce-node-allocatable=",
+}
+
+func serverNodeToken(t *testing.T, s *server) string {
+	t.Helper()
+	out, err := exec.Command(binary, "token", "--node", "--data-dir", s.dataDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("edgeplane token --node: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func serverURL(s *server) string { return s.config.Host }
+
+// TestAgentJoin: `edgeplane agent` joins the server that is its own node as a
+// second node with the default node token, gets a serving certificate for
+// its own addresses only, cannot change the server's Node, and bad input
+// fails at once with a clear message.
+func TestAgentJoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs containerd, a server, its kubelet and an agent")
+	}
+	s, _, _ := nodeServer(t)
+	token := serverNodeToken(t, s)
+	agentIP := testNodeIP(t)
+	agentDir := t.TempDir()
+	unmountUnder(t, agentDir)
+	args := append([]string{"--server", serverURL(s), "--token", token, "--data-dir", agentDir,
+		"--node-name", "agent-1", "--node-ip", agentIP, "--node-label", "edge.example/zone=a",
+		"--container-runtime-endpoint", fakeRuntime(t), "--cni-conf-dir", t.TempDir()}, agentKubeletArgs...)
+	agent := startAgent(t, args...)
+	waitNodeReady(t, s, "agent-1")
+
+	node, err := s.client.CoreV1().Nodes().Get(context.Background(), "agent-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Labels["edge.example/zone"] != "a" {
+		t.Errorf("agent-1 labels %v lack edge.example/zone=a", node.Labels)
+	}
+
+	t.Run("serving certificate only for its own addresses", func(t *testing.T) {
+		var cert *x509.Certificate
+		eventually(t, 2*time.Minute, "agent-1's serving certificate", func(ctx context.Context) (bool, error) {
+			list, err := s.client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, csr := range list.Items {
+				if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName && csr.Spec.Username == "system:node:agent-1" && len(csr.Status.Certificate) > 0 {
+					block, _ := pem.Decode(csr.Status.Certificate)
+					cert, err = x509.ParseCertificate(block.Bytes)
+					return err == nil, err
+				}
+			}
+			return false, fmt.Errorf("no issued kubelet-serving CSR for agent-1")
+		})
+		own := map[string]bool{}
+		for _, a := range node.Status.Addresses {
+			own[a.Address] = true
+		}
+		for _, ip := range cert.IPAddresses {
+			if !own[ip.String()] {
+				t.Errorf("serving certificate holds IP %s, not one of agent-1's addresses %v", ip, node.Status.Addresses)
+			}
+		}
+		for _, d := range cert.DNSNames {
+			if !own[d] {
+				t.Errorf("serving certificate holds name %s, not one of agent-1's addresses %v", d, node.Status.Addresses)
+			}
+		}
+		if !slicesContainsIP(cert.IPAddresses, agentIP) {
+			t.Errorf("serving certificate IPs %v lack the node IP %s", cert.IPAddresses, agentIP)
+		}
+	})
+
+	agentClient := clientFromKubeconfig(t, filepath.Join(agentDir, "agent", "kubelet.kubeconfig"))
+
+	t.Run("NodeRestriction keeps it off the server's Node", func(t *testing.T) {
+		patch := []byte(`{"metadata":{"labels":{"hijacked":"yes"}}}`)
+		_, err := agentClient.CoreV1().Nodes().Patch(context.Background(), "edge-1", types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Fatalf("agent-1 patching node edge-1: err = %v, want Forbidden", err)
+		}
+		// Its own Node it may change.
+		if _, err := agentClient.CoreV1().Nodes().Patch(context.Background(), "agent-1", types.StrategicMergePatchType,
+			[]byte(`{"metadata":{"annotations":{"edge.example/ok":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("agent-1 patching its own node: %v", err)
+		}
+	})
+
+	t.Run("a serving CSR for foreign addresses is denied", func(t *testing.T) {
+		name := submitServingCSR(t, agentClient, "agent-1", []string{"10.99.99.99"}, []string{"not-agent-1.example"})
+		eventually(t, time.Minute, "the foreign CSR denied", func(ctx context.Context) (bool, error) {
+			csr, err := s.client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if len(csr.Status.Certificate) > 0 {
+				t.Fatalf("a serving certificate for foreign SANs was signed")
+			}
+			for _, c := range csr.Status.Conditions {
+				if c.Type == certificatesv1.CertificateApproved {
+					t.Fatalf("CSR for foreign SANs approved: %s", c.Message)
+				}
+				if c.Type == certificatesv1.CertificateDenied {
+					return true, nil
+				}
+			}
+			return false, fmt.Errorf("conditions %v", csr.Status.Conditions)
+		})
+	})
+
+	t.Run("a restart keeps the node and its pod", func(t *testing.T) {
+		if out, err := s.kubectl("run", "on-agent", "--image="+testimage.DefaultBusyboxName, "--labels=app=on-agent", "--restart=Never",
+			"--overrides", `{"spec":{"nodeName":"agent-1"}}`, "--", "sleep", "3600"); err != nil {
+			t.Fatalf("kubectl run: %v\n%s", err, out)
+		}
+		before := runningPods(t, s, "on-agent", 1)[0]
+		agent.stop(t)
+		agent = startAgent(t, args...)
+		eventually(t, 2*time.Minute, "the agent's restarted kubelet reporting the pod", func(ctx context.Context) (bool, error) {
+			return strings.Contains(agent.output.String(), "edgeplane agent ready"), nil
+		})
+		after := runningPods(t, s, "on-agent", 1)[0]
+		if len(after.Status.ContainerStatuses) != 1 || len(before.Status.ContainerStatuses) != 1 {
+			t.Fatalf("container statuses: before %v, after %v", before.Status.ContainerStatuses, after.Status.ContainerStatuses)
+		}
+		b, a := before.Status.ContainerStatuses[0], after.Status.ContainerStatuses[0]
+		if a.ContainerID != b.ContainerID || a.RestartCount != 0 {
+			t.Errorf("container %s (restarts %d) after the agent restart, want %s unrestarted", a.ContainerID, a.RestartCount, b.ContainerID)
+		}
+		if !strings.Contains(agent.output.String(), "existing credentials") {
+			t.Errorf("the restarted agent did not start from its credentials:\n%s", tail(agent.output.String()))
+		}
+	})
+
+	t.Run("a second agent with the same node name is refused", func(t *testing.T) {
+		dup := startAgent(t, append([]string{"--server", serverURL(s), "--token", token, "--data-dir", t.TempDir(),
+			"--node-name", "agent-1", "--container-runtime-endpoint", fakeRuntime(t)}, agentKubeletArgs...)...)
+		out := dup.waitExit(t, time.Minute)
+		wantText(t, out, `node "agent-1" is Ready`)
+	})
+
+	t.Run("a token whose CA hash does not match writes nothing", func(t *testing.T) {
+		bad := "K10" + strings.Repeat("a", 64) + token[3+64:] // another CA's pin
+		dir := filepath.Join(t.TempDir(), "data")
+		a := startAgent(t, "--server", serverURL(s), "--token", bad, "--data-dir", dir, "--node-name", "agent-x",
+			"--container-runtime-endpoint", fakeRuntime(t))
+		out := a.waitExit(t, 30*time.Second)
+		wantText(t, out, "does not match")
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			entries, _ := os.ReadDir(dir)
+			t.Errorf("data dir written after a CA mismatch: %v", entries)
+		}
+	})
+
+	t.Run("a deleted token is named as unknown", func(t *testing.T) {
+		out := cliOut(t, "token", "create", "--ttl", "1h", "--data-dir", s.dataDir)
+		created := lastLine(out)
+		id := strings.SplitN(created[strings.Index(created, "::")+2:], ".", 2)[0]
+		cliOut(t, "token", "delete", id, "--data-dir", s.dataDir)
+		a := startAgent(t, "--server", serverURL(s), "--token", created, "--data-dir", t.TempDir(), "--node-name", "agent-y",
+			"--container-runtime-endpoint", fakeRuntime(t))
+		out = a.waitExit(t, time.Minute)
+		wantText(t, out, id)
+	})
+
+	t.Run("an unreachable server is retried quietly", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := "https://" + l.Addr().String()
+		_ = l.Close()
+		a := startAgent(t, "--server", closed, "--token", token, "--data-dir", t.TempDir(), "--node-name", "agent-z",
+			"--container-runtime-endpoint", fakeRuntime(t))
+		eventually(t, 30*time.Second, "a retry log line", func(context.Context) (bool, error) {
+			return strings.Contains(a.output.String(), "Cannot reach the server"), nil
+		})
+		select {
+		case <-a.exited:
+			t.Fatalf("agent gave up on an unreachable server:\n%s", a.output.String())
+		case <-time.After(5 * time.Second):
+		}
+		if n := strings.Count(a.output.String(), "Cannot reach the server"); n != 1 {
+			t.Errorf("%d retry lines in the first seconds, want 1 per window:\n%s", n, a.output.String())
+		}
+	})
+
+	t.Run("no runtime, and a dead runtime socket", func(t *testing.T) {
+		dead := filepath.Join(t.TempDir(), "dead.sock")
+		l, err := net.Listen("unix", dead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.(*net.UnixListener).SetUnlinkOnClose(false)
+		_ = l.Close()
+		for _, c := range []struct{ endpoint, want string }{
+			{"unix://" + filepath.Join(t.TempDir(), "missing.sock"), "missing.sock"},
+			{"unix://" + dead, "dead.sock"},
+		} {
+			a := startAgent(t, "--server", serverURL(s), "--token", token, "--data-dir", t.TempDir(), "--node-name", "agent-r",
+				"--container-runtime-endpoint", c.endpoint)
+			out := a.waitExit(t, time.Minute)
+			wantText(t, out, c.want)
+		}
+	})
+}
+
+func slicesContainsIP(ips []net.IP, want string) bool {
+	for _, ip := range ips {
+		if ip.String() == want {
+			return true
+		}
+	}
+	return false
+}
+
+func clientFromKubeconfig(t *testing.T, path string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+// submitServingCSR creates a kubelet-serving CSR as node with the given SANs.
+func submitServingCSR(t *testing.T, client kubernetes.Interface, node string, ips, dns []string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}, DNSNames: dns}
+	for _, ip := range ips {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr := &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "foreign-"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: certificatesv1.KubeletServingSignerName,
+			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
+		},
+	}
+	created, err := client.CertificatesV1().CertificateSigningRequests().Create(context.Background(), csr, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created.Name
+}
+
+// cliOut runs edgeplane with args and fails the test unless it exits 0.
+func cliOut(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(binary, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("edgeplane %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
