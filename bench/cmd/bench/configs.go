@@ -135,8 +135,11 @@ func start(c configuration, binDir, dataDir, logDir string, env, extra []string)
 	logName := func(n string) string { return filepath.Join(logDir, n+".log") }
 
 	if c.Edgeplane {
+		// --disable=kubelet: a host with containerd running would make the
+		// server a node too, which the upstream configurations are not.
 		args := []string{"server", "--config", "", "--data-dir", dataDir, "--datastore", c.Datastore,
-			"--bind-address", "127.0.0.1", "--advertise-address", advertiseAddress, "--https-port", strconv.Itoa(port)}
+			"--bind-address", "127.0.0.1", "--advertise-address", advertiseAddress, "--https-port", strconv.Itoa(port),
+			"--disable=kubelet"}
 		if c.Bare {
 			args = append(args, "--disable", "controller-manager,scheduler")
 		}
