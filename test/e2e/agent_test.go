@@ -116,9 +116,8 @@ func fakeRuntime(t *testing.T) string {
 
 // agentKubeletArgs keep a second kubelet on this host out of the first's
 // way: its own ports, and no pod cgroups of its own to reconcile.
-var agentKubeletArgs = []string{
-	"--kubelet-arg=port=10350", "--kubelet-arg=healthz-port=10348",
-	"--kubelet-arg=cgroups-per-qos=false", "--kubelet-arg=enforce-node-allocatable=",
+func agentKubeletArgs(t *testing.T) []string {
+	return append(kubeletPorts(t), "--kubelet-arg=cgroups-per-qos=false", "--kubelet-arg=enforce-node-allocatable=")
 }
 
 func serverNodeToken(t *testing.T, s *server) string {
@@ -147,7 +146,7 @@ func TestAgentJoin(t *testing.T) {
 	unmountUnder(t, agentDir)
 	args := append([]string{"--server", serverURL(s), "--token", token, "--data-dir", agentDir,
 		"--node-name", "agent-1", "--node-ip", agentIP, "--node-label", "edge.example/zone=a",
-		"--container-runtime-endpoint", fakeRuntime(t), "--cni-conf-dir", t.TempDir()}, agentKubeletArgs...)
+		"--container-runtime-endpoint", fakeRuntime(t), "--cni-conf-dir", t.TempDir()}, agentKubeletArgs(t)...)
 	agent := startAgent(t, args...)
 	waitNodeReady(t, s, "agent-1")
 
@@ -257,7 +256,7 @@ func TestAgentJoin(t *testing.T) {
 
 	t.Run("a second agent with the same node name is refused", func(t *testing.T) {
 		dup := startAgent(t, append([]string{"--server", serverURL(s), "--token", token, "--data-dir", t.TempDir(),
-			"--node-name", "agent-1", "--container-runtime-endpoint", fakeRuntime(t)}, agentKubeletArgs...)...)
+			"--node-name", "agent-1", "--container-runtime-endpoint", fakeRuntime(t)}, agentKubeletArgs(t)...)...)
 		out := dup.waitExit(t, time.Minute)
 		wantText(t, out, `node "agent-1" is Ready`)
 	})

@@ -39,10 +39,17 @@ func nodeServer(t *testing.T, args ...string) (*server, *testcontainerd.Containe
 		"--pause-image", testimage.DefaultPauseName,
 		"--node-name", "edge-1",
 		"--node-ip", testNodeIP(t),
-	}, args...)
+	}, kubeletPorts(t)...)
+	nodeArgs = append(nodeArgs, args...)
 	s := startServer(t, dataDir, nodeArgs...)
 	waitNodeReady(t, s, "edge-1")
 	return s, ctrd, nodeArgs
+}
+
+// kubeletPorts gives a test's kubelet ports that were free a moment ago, so
+// that it never meets another kubelet of this host on upstream's 10250.
+func kubeletPorts(t *testing.T) []string {
+	return []string{"--kubelet-arg=port=" + freePort(t), "--kubelet-arg=healthz-port=" + freePort(t)}
 }
 
 // writeAirgapImages puts the workload and sandbox images in dir.
@@ -286,4 +293,25 @@ func ids(cs []*criapi.Container) []string {
 		out = append(out, c.Id[:12]+"/"+c.State.String())
 	}
 	return out
+}
+
+// TestNodeServerEtcd: the same node on embedded etcd: Ready, a pod runs,
+// and its log comes back through the kubelet.
+func TestNodeServerEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs containerd, a server on embedded etcd and its kubelet")
+	}
+	s, _, _ := nodeServer(t, "--datastore=etcd")
+	if out, err := s.kubectl("run", "one", "--image="+testimage.DefaultBusyboxName, "--labels=app=one", "--restart=Never", "--command",
+		"--", "sh", "-c", "echo on etcd; exec sleep 3600"); err != nil {
+		t.Fatalf("kubectl run: %v\n%s", err, out)
+	}
+	runningPods(t, s, "one", 1)
+	eventually(t, time.Minute, "kubectl logs", func(context.Context) (bool, error) {
+		out, err := s.kubectl("logs", "one")
+		if err != nil {
+			return false, fmt.Errorf("%v: %s", err, out)
+		}
+		return strings.Contains(out, "on etcd"), fmt.Errorf("logs: %q", out)
+	})
 }
