@@ -116,6 +116,9 @@ func (m *ControllerManager) term(ctx context.Context, ready func()) error {
 	err = cmapp.Run(termCtx, c.Complete())
 	cancel()
 	wg.Wait()
+	if err != nil {
+		releaseLeakedInformerName(klog.FromContext(ctx))
+	}
 	if err == nil {
 		err = configMapsErr
 	}
