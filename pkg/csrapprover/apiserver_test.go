@@ -15,6 +15,8 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/chain"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
+
+	"github.com/edgeplane/edgeplane/internal/testenv"
 )
 
 // startAPIServer brings up certificates, SQLite and the API server chain in
@@ -55,9 +57,7 @@ func startAPIServer(t *testing.T, ctx context.Context) *certs.PKI {
 		t.Fatal(err)
 	}
 	advertise, err := utilnet.ChooseHostInterface()
-	if err != nil {
-		t.Skipf("no host address to advertise: %v", err)
-	}
+	testenv.Require(t, "a host address to advertise (an interface with a default route)", err)
 	sc := store.Client()
 	apiserver, err := chain.New(chain.Config{
 		Listener: l, AdvertiseAddress: advertise, ServiceCIDR: serviceCIDR, ClusterDomain: "cluster.local",

@@ -69,7 +69,7 @@ func TestControllers(t *testing.T) {
 func newNamespace(t *testing.T, s *server, name string) {
 	t.Helper()
 	createNamespace(t, s, name)
-	eventually(t, 10*time.Second, "the default ServiceAccount in "+name, func(ctx context.Context) (bool, error) {
+	eventually(t, time.Minute, "the default ServiceAccount in "+name, func(ctx context.Context) (bool, error) {
 		_, err := s.client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	})
@@ -105,7 +105,7 @@ func podsWithLabel(ctx context.Context, s *server, ns, app string) (int, error) 
 func testDeploymentPods(t *testing.T, s *server) {
 	begin := time.Now()
 	mustKubectl(t, s, "create", "deployment", "web", "--image=nginx", "--replicas=2")
-	eventually(t, 10*time.Second, "a ReplicaSet and 2 Pods", func(ctx context.Context) (bool, error) {
+	eventually(t, time.Minute, "a ReplicaSet and 2 Pods", func(ctx context.Context) (bool, error) {
 		rss, err := s.client.AppsV1().ReplicaSets("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil || len(rss.Items) != 1 {
 			return false, err
@@ -126,7 +126,7 @@ func testNamespaceDeletion(t *testing.T, s *server) {
 		}
 	}
 	mustKubectl(t, s, "-n", "x", "create", "deployment", "doomed", "--image=nginx", "--replicas=2")
-	eventually(t, 10*time.Second, "the Deployment's Pods", func(ctx context.Context) (bool, error) {
+	eventually(t, time.Minute, "the Deployment's Pods", func(ctx context.Context) (bool, error) {
 		n, err := podsWithLabel(ctx, s, "x", "doomed")
 		return n == 2, err
 	})
@@ -143,7 +143,7 @@ func testNamespaceDeletion(t *testing.T, s *server) {
 func testGarbageCollection(t *testing.T, s *server) {
 	newNamespace(t, s, "gc")
 	mustKubectl(t, s, "-n", "gc", "create", "deployment", "owner", "--image=nginx", "--replicas=2")
-	eventually(t, 10*time.Second, "the Deployment's Pods", func(ctx context.Context) (bool, error) {
+	eventually(t, time.Minute, "the Deployment's Pods", func(ctx context.Context) (bool, error) {
 		n, err := podsWithLabel(ctx, s, "gc", "owner")
 		return n == 2, err
 	})
@@ -166,7 +166,7 @@ func testGarbageCollection(t *testing.T, s *server) {
 func testServiceAccount(t *testing.T, s *server, dir string) {
 	ctx := context.Background()
 	newNamespace(t, s, "sa") // waits for the default ServiceAccount
-	eventually(t, 10*time.Second, "kube-root-ca.crt holding the cluster CA", func(ctx context.Context) (bool, error) {
+	eventually(t, time.Minute, "kube-root-ca.crt holding the cluster CA", func(ctx context.Context) (bool, error) {
 		cm, err := s.client.CoreV1().ConfigMaps("sa").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -226,7 +226,7 @@ func testScheduling(t *testing.T, s *server) {
 		t.Fatal(err)
 	}
 	begin := time.Now()
-	eventually(t, 10*time.Second, "the Pod to be bound to edge-1", func(ctx context.Context) (bool, error) {
+	eventually(t, time.Minute, "the Pod to be bound to edge-1", func(ctx context.Context) (bool, error) {
 		p, err := s.client.CoreV1().Pods("sched").Get(ctx, "p", metav1.GetOptions{})
 		return err == nil && p.Spec.NodeName == "edge-1", err
 	})
@@ -272,13 +272,13 @@ func testKubeletCSR(t *testing.T, s *server, dir string) {
 		},
 	}
 	// The token Secret may take a moment to reach the authenticator's cache.
-	eventually(t, 10*time.Second, "the bootstrap token to create a CSR", func(ctx context.Context) (bool, error) {
+	eventually(t, time.Minute, "the bootstrap token to create a CSR", func(ctx context.Context) (bool, error) {
 		_, err := bootstrap.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{})
 		return err == nil || apierrors.IsAlreadyExists(err), err
 	})
 	begin := time.Now()
 	var issued []byte
-	eventually(t, 10*time.Second, "the CSR to be approved and signed", func(ctx context.Context) (bool, error) {
+	eventually(t, time.Minute, "the CSR to be approved and signed", func(ctx context.Context) (bool, error) {
 		got, err := s.client.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err

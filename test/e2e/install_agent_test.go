@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/edgeplane/edgeplane/internal/testenv"
 )
 
 const (
@@ -321,9 +324,11 @@ func TestInstallAgentUninstallUnmounts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("uses the built binary")
 	}
+	var notRoot error
 	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
+		notRoot = errors.New("not root")
 	}
+	testenv.Require(t, "root, to mount a tmpfs", notRoot)
 	root := t.TempDir()
 	env := []string{"EDGEPLANE_ROOT=" + root, "EDGEPLANE_BINARY=" + binary, "EDGEPLANE_INIT=systemd", "PATH=/usr/local/bin:/usr/bin:/bin",
 		"EDGEPLANE_SERVER=https://192.0.2.10:6443", "EDGEPLANE_TOKEN=" + nodeToken("unmounts")}
