@@ -17,7 +17,8 @@ func TestParseDisable(t *testing.T) {
 		{values: []string{"controller-manager,scheduler"}, want: []string{"controller-manager", "scheduler"}},
 		{values: []string{"scheduler", " controller-manager "}, want: []string{"controller-manager", "scheduler"}},
 		{values: []string{"scheduler,,scheduler"}, want: []string{"scheduler"}},
-		{values: []string{"scheduler,kubelet"}, want: []string{"scheduler"}, wantErr: `--disable "kubelet" is not one of: controller-manager, scheduler`},
+		{values: []string{"scheduler,kubelet"}, want: []string{"kubelet", "scheduler"}},
+		{values: []string{"scheduler,telemetry"}, want: []string{"scheduler"}, wantErr: `--disable "telemetry" is not one of: controller-manager, scheduler, kubelet`},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.values, "|"), func(t *testing.T) {

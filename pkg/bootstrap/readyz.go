@@ -37,10 +37,15 @@ func (c *componentCheck) attach(check func(*http.Request) error) {
 	c.mu.Unlock()
 }
 
+// checkedComponents are the components /readyz reports on: the control
+// plane's. A node's kubelet is not among them: a node problem must not make
+// the API unready for every client.
+var checkedComponents = []string{componentControllerManager, componentScheduler}
+
 // componentChecks makes one check per in-process component that is enabled.
 func componentChecks(o CompletedOptions) map[string]*componentCheck {
 	checks := map[string]*componentCheck{}
-	for _, name := range disableable {
+	for _, name := range checkedComponents {
 		if !o.Disabled[name] {
 			checks[name] = &componentCheck{name: name}
 		}
@@ -51,7 +56,7 @@ func componentChecks(o CompletedOptions) map[string]*componentCheck {
 // readyzChecks lists the checks for the chain's /readyz.
 func readyzChecks(checks map[string]*componentCheck) []healthz.HealthChecker {
 	out := make([]healthz.HealthChecker, 0, len(checks))
-	for _, name := range disableable {
+	for _, name := range checkedComponents {
 		if c, ok := checks[name]; ok {
 			out = append(out, c)
 		}
