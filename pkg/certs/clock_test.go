@@ -162,7 +162,15 @@ func TestRenewerClockJumps(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 			lines = append(lines, logs.take()...)
 		}
-		if len(lines) < 5 {
+		// A tick that read the clock before the jump may log its line just
+		// after take() emptied the sink (seen under load: the previous
+		// step's "CA expires soon" line); one such leading line is not this
+		// step's, every line from the first of this step's on must be.
+		if len(lines) > 0 && !strings.Contains(lines[0], want) {
+			t.Logf("dropped a line from a tick before the jump: %q", lines[0])
+			lines = lines[1:]
+		}
+		if len(lines) < 4 {
 			t.Fatalf("%d log lines in 20 s of 10 ms ticks, want an error per tick: %q", len(lines), lines)
 		}
 		for _, l := range lines {
