@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/edgeplane/edgeplane/pkg/agent"
@@ -180,13 +181,17 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) error {
 // waitNodeReady polls the node's Ready condition with the node's own
 // credentials (the kubeconfig TLS bootstrap writes).
 func waitNodeReady(ctx context.Context, kubeconfig, node string) error {
+	var client kubernetes.Interface // built once the kubeconfig is there
 	return wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		if _, err := os.Stat(kubeconfig); err != nil {
-			return false, nil
-		}
-		client, err := adminClient(kubeconfig)
-		if err != nil {
-			return false, nil
+		if client == nil {
+			if _, err := os.Stat(kubeconfig); err != nil {
+				return false, nil
+			}
+			c, err := adminClient(kubeconfig)
+			if err != nil {
+				return false, nil
+			}
+			client = c
 		}
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {

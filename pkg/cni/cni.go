@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
+
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 )
 
 // Defaults, as the runtimes' own: containerd and CRI-O read /etc/cni/net.d.
@@ -134,43 +136,14 @@ func Write(dir string, c Config) (changed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	path := filepath.Join(dir, ConfFileName)
-	if old, err := os.ReadFile(path); err == nil && string(old) == string(data) {
-		return false, nil
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false, fmt.Errorf("cni: %w", err)
 	}
-	f, err := os.CreateTemp(dir, "."+ConfFileName+".*")
+	changed, err = atomicfile.Write(filepath.Join(dir, ConfFileName), data, 0o644)
 	if err != nil {
 		return false, fmt.Errorf("cni: %w", err)
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		return false, fmt.Errorf("cni: writing %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return true, nil
+	return changed, nil
 }
 
 // WaitForPodCIDRs polls the Node until it has pod CIDRs (the node IPAM
