@@ -4,10 +4,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"k8s.io/klog/v2"
 
 	"github.com/edgeplane/edgeplane/pkg/bootstrap"
-	"github.com/edgeplane/edgeplane/pkg/sdnotify"
 )
 
 // agentConfigPath is the agent's default config file: its keys are the
@@ -24,12 +22,8 @@ func newAgentCommand() *cobra.Command {
 		Short: "Join this host to a cluster as a node: the kubelet, with the host's container runtime",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			files, err := loadConfig(cmd)
-			if err != nil {
+			if err := readConfig(cmd); err != nil {
 				return err
-			}
-			if len(files) > 0 {
-				klog.InfoS("Read config", "files", files)
 			}
 			if o.Token == "" {
 				// From the service's env file (0600), kept off the command line.
@@ -42,10 +36,7 @@ func newAgentCommand() *cobra.Command {
 			if errs := completed.Validate(); len(errs) > 0 {
 				return invalidFlags(errs)
 			}
-			ctx := signalContext(cmd.Context())
-			ctx = klog.NewContext(ctx, klog.Background().WithName("edgeplane-agent"))
-			ctx = sdnotify.NewContext(ctx, sdnotify.TakeFromEnvironment())
-			return bootstrap.RunAgent(ctx, completed)
+			return bootstrap.RunAgent(runContext(cmd, "edgeplane-agent"), completed)
 		},
 	}
 	o.AddFlags(cmd.Flags())

@@ -23,12 +23,8 @@ func newServerCommand() *cobra.Command {
 		Short: "Run the control plane: API server chain, datastore and certificates",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			files, err := loadConfig(cmd)
-			if err != nil {
+			if err := readConfig(cmd); err != nil {
 				return err
-			}
-			if len(files) > 0 {
-				klog.InfoS("Read config", "files", files)
 			}
 			completed, err := o.Complete()
 			if err != nil {
@@ -37,15 +33,33 @@ func newServerCommand() *cobra.Command {
 			if errs := completed.Validate(); len(errs) > 0 {
 				return invalidFlags(errs)
 			}
-			ctx := signalContext(cmd.Context())
-			ctx = klog.NewContext(ctx, klog.Background().WithName("edgeplane"))
-			ctx = sdnotify.NewContext(ctx, sdnotify.TakeFromEnvironment())
-			return bootstrap.Run(ctx, completed)
+			return bootstrap.Run(runContext(cmd, "edgeplane"), completed)
 		},
 	}
 	o.AddFlags(cmd.Flags())
 	addConfigFlag(cmd.Flags())
 	return cmd
+}
+
+// readConfig loads the config file into the command's flags and logs which
+// files it read.
+func readConfig(cmd *cobra.Command) error {
+	files, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	if len(files) > 0 {
+		klog.InfoS("Read config", "files", files)
+	}
+	return nil
+}
+
+// runContext is the context a long-running command runs in: cancelled on
+// the first signal, with its named logger and systemd's notify socket.
+func runContext(cmd *cobra.Command, logger string) context.Context {
+	ctx := signalContext(cmd.Context())
+	ctx = klog.NewContext(ctx, klog.Background().WithName(logger))
+	return sdnotify.NewContext(ctx, sdnotify.TakeFromEnvironment())
 }
 
 // invalidFlags lists every flag problem, one per line.
