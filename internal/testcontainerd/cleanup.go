@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -18,36 +17,33 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// stop removes every pod sandbox still there (which tears its network
+// Stop removes every pod sandbox still there (which tears its network
 // down), stops containerd (SIGTERM, SIGKILL after 20 s), kills the shims
 // it left and their containers, and unmounts what is left under Root and
-// State.
-func (c *Containerd) stop(t testing.TB) {
+// State. It reports what went wrong through logf.
+func (c *Containerd) Stop(logf func(format string, args ...any)) {
 	select {
 	case <-c.exited:
 	default:
-		c.removePods(t)
+		c.removePods(logf)
 		_ = c.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-c.exited:
 		case <-time.After(20 * time.Second):
-			t.Logf("testcontainerd: containerd still runs 20 s after SIGTERM; killing it")
+			logf("testcontainerd: containerd still runs 20 s after SIGTERM; killing it")
 			_ = c.cmd.Process.Kill()
 			<-c.exited
 		}
 	}
-	c.killShims(t)
-	c.unmountAll(t)
-	if t.Failed() {
-		t.Logf("testcontainerd: containerd log:\n%s", c.Log())
-	}
+	c.killShims(logf)
+	c.unmountAll(logf)
 }
 
 // removePods stops and removes every pod sandbox through CRI.
-func (c *Containerd) removePods(t testing.TB) {
+func (c *Containerd) removePods(logf func(format string, args ...any)) {
 	conn, err := grpc.NewClient(c.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Logf("testcontainerd: CRI client: %v", err)
+		logf("testcontainerd: CRI client: %v", err)
 		return
 	}
 	defer conn.Close()
@@ -56,22 +52,22 @@ func (c *Containerd) removePods(t testing.TB) {
 	defer cancel()
 	pods, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 	if err != nil {
-		t.Logf("testcontainerd: list pod sandboxes: %v", err)
+		logf("testcontainerd: list pod sandboxes: %v", err)
 		return
 	}
 	for _, p := range pods.Items {
 		if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.Id}); err != nil {
-			t.Logf("testcontainerd: stop pod sandbox %s: %v", p.Id, err)
+			logf("testcontainerd: stop pod sandbox %s: %v", p.Id, err)
 		}
 		if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.Id}); err != nil {
-			t.Logf("testcontainerd: remove pod sandbox %s: %v", p.Id, err)
+			logf("testcontainerd: remove pod sandbox %s: %v", p.Id, err)
 		}
 	}
 }
 
 // killShims kills the shims started for this containerd (their command
 // line names its socket) and everything below them.
-func (c *Containerd) killShims(t testing.TB) {
+func (c *Containerd) killShims(logf func(format string, args ...any)) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return
@@ -92,7 +88,7 @@ func (c *Containerd) killShims(t testing.TB) {
 		for _, p := range append(descendants(pid), pid) {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
-		t.Logf("testcontainerd: killed leftover shim %d and its processes", pid)
+		logf("testcontainerd: killed leftover shim %d and its processes", pid)
 	}
 }
 
@@ -127,7 +123,13 @@ func descendants(pid int) []int {
 }
 
 // unmountAll detaches every mount under Root or State, deepest first.
-func (c *Containerd) unmountAll(t testing.TB) {
+func (c *Containerd) unmountAll(logf func(format string, args ...any)) {
+	UnmountUnder(logf, c.Root, c.State)
+}
+
+// UnmountUnder detaches every mount at or below dirs, deepest first (a
+// kubelet bind-mounts its root dir and pods' volumes below it).
+func UnmountUnder(logf func(format string, args ...any), dirs ...string) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return
@@ -141,7 +143,7 @@ func (c *Containerd) unmountAll(t testing.TB) {
 			continue
 		}
 		mp := unescapeMount(fields[4])
-		for _, dir := range []string{c.Root, c.State} {
+		for _, dir := range dirs {
 			if mp == dir || strings.HasPrefix(mp, dir+"/") {
 				mounts = append(mounts, mp)
 			}
@@ -150,7 +152,7 @@ func (c *Containerd) unmountAll(t testing.TB) {
 	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
 	for _, mp := range mounts {
 		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil {
-			t.Logf("testcontainerd: unmount %s: %v", mp, err)
+			logf("testcontainerd: unmount %s: %v", mp, err)
 		}
 	}
 }

@@ -99,7 +99,28 @@ func Start(t testing.TB, opts Options) *Containerd {
 			t.Errorf("testcontainerd: remove %s: %v", short, err)
 		}
 	})
-	dir := t.TempDir()
+	c, err := Launch(t.TempDir(), short, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Stop(t.Logf)
+		if t.Failed() {
+			t.Logf("testcontainerd: containerd log:\n%s", c.Log())
+		}
+	})
+	if opts.Images {
+		c.ImportTestImages(t)
+	}
+	return c
+}
+
+// Launch starts a private containerd with its root and config under dir
+// and its socket and state under short (a unix socket path must stay under
+// 108 bytes), and waits until it answers. It is Start for programs that
+// are not tests (the benchmark); the caller calls Stop. On error nothing
+// is left running.
+func Launch(dir, short string, opts Options) (*Containerd, error) {
 	c := &Containerd{
 		Socket:       filepath.Join(short, "c.sock"),
 		Root:         filepath.Join(dir, "root"),
@@ -127,16 +148,16 @@ func Start(t testing.TB, opts Options) *Containerd {
 	c.Snapshotter = snapshotterFor(dir)
 	for _, d := range []string{c.Root, c.State, c.CNIConfDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
+			return nil, fmt.Errorf("testcontainerd: %w", err)
 		}
 	}
 	wrapper := filepath.Join(dir, "runc-wrapper")
 	if err := os.WriteFile(wrapper, []byte(runcWrapper), 0o755); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("testcontainerd: %w", err)
 	}
 	config := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(config, []byte(c.config(wrapper)), 0o600); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("testcontainerd: %w", err)
 	}
 
 	c.cmd = exec.Command(Binary, "--config", config, "--log-level", "info")
@@ -144,10 +165,9 @@ func Start(t testing.TB, opts Options) *Containerd {
 	// Its own process group, so a test's Ctrl-C does not reach it first.
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.cmd.Start(); err != nil {
-		t.Fatalf("testcontainerd: start %s: %v", Binary, err)
+		return nil, fmt.Errorf("testcontainerd: start %s: %w", Binary, err)
 	}
 	go func() { _ = c.cmd.Wait(); close(c.exited) }()
-	t.Cleanup(func() { c.stop(t) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -159,12 +179,10 @@ func Start(t testing.TB, opts Options) *Containerd {
 		}
 	}()
 	if _, err := airgap.WaitReady(ctx, c.Socket); err != nil {
-		t.Fatalf("testcontainerd: containerd did not come up: %v\ncontainerd log:\n%s", err, c.Log())
+		c.Stop(func(string, ...any) {})
+		return nil, fmt.Errorf("testcontainerd: containerd did not come up: %w\ncontainerd log:\n%s", err, c.Log())
 	}
-	if opts.Images {
-		c.ImportTestImages(t)
-	}
-	return c
+	return c, nil
 }
 
 // Log returns what containerd has logged so far.

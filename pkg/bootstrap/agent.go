@@ -111,6 +111,11 @@ func (c CompletedAgentOptions) Validate() []error {
 	for _, err := range k.Validate() {
 		errs = append(errs, err)
 	}
+	if c.DataDir != "" {
+		if err := kubelet.ValidateRootDir(agent.PathsIn(filepath.Join(c.DataDir, agentDirName)).RootDir, "--data-dir"); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errs
 }
 

@@ -71,6 +71,9 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 	}
 
 	paths := agent.PathsIn(filepath.Join(o.DataDir, agentDirName))
+	if err := kubelet.ValidateRootDir(paths.RootDir, "--data-dir"); err != nil {
+		return err
+	}
 	if _, err := certs.EnsureNodeClient(ctx, s.pki, o.Node.Name, paths.CertDir, paths.Kubeconfig, localServerURL(o.BindAddress, port)); err != nil {
 		return err
 	}

@@ -18,10 +18,11 @@ import (
 // gets it. kine would otherwise retry a corrupt file for minutes ("Failed to
 // ping database connection") instead of failing. The file is opened
 // read-write (so a hot WAL is recovered as usual) but never created: a
-// missing file is a fresh install and passes.
+// missing file is a fresh install, which gets a new empty database with
+// edgeplane's page size (createSQLite).
 func checkSQLite(ctx context.Context, path string) error {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return createSQLite(ctx, path)
 	} else if err != nil {
 		return fmt.Errorf("datastore: %w", err)
 	}

@@ -29,6 +29,28 @@ const (
 	DefaultHealthzPort = 10248
 )
 
+// longestSocket is the longest unix socket path the kubelet makes below its
+// root dir (the device manager's; pod-resources binds a temporary
+// "pod-resources/<10 digits>" first, which is shorter). A bind to a path
+// longer than sun_path allows makes the upstream kubelet end the process
+// ("Failed to create listener for podResources endpoint ... bind: invalid
+// argument"), control plane and all, so a root dir too long for it is
+// refused before anything starts.
+const longestSocket = "/device-plugins/kubelet.sock"
+
+// maxUnixPath is the usable length of sockaddr_un.sun_path on Linux.
+const maxUnixPath = 107
+
+// ValidateRootDir reports a kubelet root dir whose unix sockets would not
+// fit in a socket address; dataDirFlag names the flag that sets it.
+func ValidateRootDir(rootDir, dataDirFlag string) error {
+	if n := len(rootDir) + len(longestSocket); n > maxUnixPath {
+		return fmt.Errorf("%s: the kubelet's root dir %s is %d bytes long, and its unix sockets below it (%s) would be %d, over Linux's limit of %d: use a data dir at most %d bytes shorter",
+			dataDirFlag, rootDir, len(rootDir), longestSocket[1:], n, maxUnixPath, n-maxUnixPath)
+	}
+	return nil
+}
+
 // Options is what edgeplane decides for its kubelet. The paths are absolute.
 type Options struct {
 	// NodeName is the Node's name (the kubelet's --hostname-override).
@@ -99,6 +121,11 @@ func (o *Options) Validate() []error {
 			errs = append(errs, fmt.Errorf("kubelet: no %s", name))
 		} else if !filepath.IsAbs(path) {
 			errs = append(errs, fmt.Errorf("kubelet: %s %q is not an absolute path", name, path))
+		}
+	}
+	if filepath.IsAbs(o.RootDir) {
+		if err := ValidateRootDir(o.RootDir, "kubelet"); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if o.RuntimeEndpoint == "" {

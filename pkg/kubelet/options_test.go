@@ -2,6 +2,8 @@ package kubelet
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -35,6 +37,9 @@ func TestValidate(t *testing.T) {
 			want: []string{`root dir "kubelet" is not an absolute path`, "no container runtime endpoint"}},
 		{name: "cgroup driver", edit: func(o *Options) { o.CgroupDriver = "cgroupv2" }, want: []string{`cgroup driver "cgroupv2"`}},
 		{name: "empty kubelet arg", edit: func(o *Options) { o.ExtraArgs = []string{"=x"} }, want: []string{"want name=value"}},
+		{name: "root dir at the socket limit", edit: func(o *Options) { o.RootDir = "/" + strings.Repeat("r", maxUnixPath-len(longestSocket)-1) }},
+		{name: "root dir over the socket limit", edit: func(o *Options) { o.RootDir = "/" + strings.Repeat("r", maxUnixPath-len(longestSocket)) },
+			want: []string{"use a data dir at most 1 bytes shorter"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := validOptions()
@@ -142,6 +147,33 @@ func TestValidateArgs(t *testing.T) {
 	for i, w := range want {
 		if !strings.Contains(errs[i].Error(), w) {
 			t.Errorf("error %d = %q, want %q", i, errs[i], w)
+		}
+	}
+}
+
+// TestRootDirSocketLimit binds the kubelet's longest socket below root dirs
+// one byte either side of what ValidateRootDir allows: the kernel must agree
+// with it.
+func TestRootDirSocketLimit(t *testing.T) {
+	base := t.TempDir()
+	for _, extra := range []int{0, 1} {
+		n := maxUnixPath - len(longestSocket) + extra
+		pad := n - len(base) - 1
+		if pad < 1 {
+			t.Skipf("temp dir %s is too long for this test", base)
+		}
+		root := filepath.Join(base, strings.Repeat("d", pad))
+		sock := root + longestSocket
+		if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		verr := ValidateRootDir(root, "--data-dir")
+		l, lerr := net.Listen("unix", sock)
+		if lerr == nil {
+			l.Close()
+		}
+		if (verr == nil) != (lerr == nil) {
+			t.Errorf("root dir of %d bytes: ValidateRootDir says %v, binding %s says %v", len(root), verr, sock, lerr)
 		}
 	}
 }

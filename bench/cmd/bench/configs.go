@@ -30,6 +30,9 @@ type configuration struct {
 	// (kubeadm.go), which edgeplane runs in its one process.
 	Controllers bool
 	Profile     string // edgeplane --profile; empty: default (this benchmark's hosts are not small)
+	// Node: edgeplane is its own node too (the kubelet in-process) on a
+	// private containerd (node.go); no pods are scheduled to it.
+	Node bool
 	// Args are more edgeplane flags (the idle window's 5-minute-compaction twin).
 	Args []string
 }
@@ -56,6 +59,8 @@ var configurations = []configuration{
 	{Name: "edgeplane-etcd", About: "edgeplane, embedded etcd: apiserver chain + controller-manager + scheduler", Edgeplane: true, Datastore: "etcd"},
 	{Name: "edgeplane-sqlite-small", About: "edgeplane, SQLite, the whole control plane with --profile small (512 MB-1 GB boards)", Edgeplane: true, Datastore: "sqlite", Profile: "small"},
 	{Name: "edgeplane-sqlite-apiserver", About: "edgeplane, SQLite, --disable=controller-manager,scheduler (a bare apiserver, apples to apples)", Edgeplane: true, Datastore: "sqlite", Bare: true},
+	{Name: "edgeplane-sqlite-node", About: "edgeplane, SQLite, --profile small, the server its own node: control plane + in-process kubelet on a private containerd, no pods", Edgeplane: true, Datastore: "sqlite", Profile: "small", Node: true},
+	{Name: "edgeplane-etcd-node", About: "edgeplane, embedded etcd, --profile small, the server its own node (as edgeplane-sqlite-node)", Edgeplane: true, Datastore: "etcd", Profile: "small", Node: true},
 	{Name: "edgeplane-etcd-apiserver", About: "edgeplane, embedded etcd, --disable=controller-manager,scheduler", Edgeplane: true, Datastore: "etcd", Bare: true},
 }
 
@@ -106,6 +111,7 @@ type instance struct {
 	host    string  // https://127.0.0.1:port
 	started time.Time
 	rest    *rest.Config // nil until the credentials exist
+	node    *nodeHost    // a Node configuration's containerd and node IP
 }
 
 // prepare readies a fresh data dir for a configuration: the upstream
@@ -135,11 +141,20 @@ func start(c configuration, binDir, dataDir, logDir string, env, extra []string)
 	logName := func(n string) string { return filepath.Join(logDir, n+".log") }
 
 	if c.Edgeplane {
-		// --disable=kubelet: a host with containerd running would make the
-		// server a node too, which the upstream configurations are not.
 		args := []string{"server", "--config", "", "--data-dir", dataDir, "--datastore", c.Datastore,
-			"--bind-address", "127.0.0.1", "--advertise-address", advertiseAddress, "--https-port", strconv.Itoa(port),
-			"--disable=kubelet"}
+			"--bind-address", "127.0.0.1", "--advertise-address", advertiseAddress, "--https-port", strconv.Itoa(port)}
+		if c.Node {
+			h, nodeArgs, err := startNodeHost(dataDir)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", c.Name, err)
+			}
+			in.node = h
+			args = append(args, nodeArgs...)
+		} else {
+			// A host with containerd running would make the server a node
+			// too, which the upstream configurations are not.
+			args = append(args, "--disable=kubelet")
+		}
 		if c.Bare {
 			args = append(args, "--disable", "controller-manager,scheduler")
 		}
@@ -152,6 +167,9 @@ func start(c configuration, binDir, dataDir, logDir string, env, extra []string)
 		in.started = time.Now()
 		p, err := startProc("edgeplane", filepath.Join(binDir, "edgeplane"), args, env, logName("edgeplane"))
 		if err != nil {
+			if in.node != nil {
+				err = errors.Join(err, in.node.stop())
+			}
 			return nil, err
 		}
 		p.out.watchFor(readyLine)
@@ -360,6 +378,13 @@ func (in *instance) waitAllReady(timeout time.Duration, apiReady time.Duration) 
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		if t, ok := p.out.seenAt(readyLine); ok {
+			if in.node != nil {
+				// The idle window and the memory figures are for a node
+				// that is up, not one still registering.
+				if err := in.node.waitReady(in, time.Until(deadline)); err != nil {
+					return 0, err
+				}
+			}
 			return t.Sub(in.started), nil
 		}
 		if p.exited() {
@@ -409,6 +434,10 @@ func (in *instance) stop() error {
 	var errs []error
 	for i := len(in.procs) - 1; i >= 0; i-- {
 		errs = append(errs, in.procs[i].stop(60*time.Second))
+	}
+	if in.node != nil {
+		errs = append(errs, in.node.stop())
+		in.node = nil
 	}
 	return errors.Join(errs...)
 }
