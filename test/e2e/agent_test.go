@@ -55,6 +55,24 @@ func startAgent(t *testing.T, args ...string) *agentProc {
 	return a
 }
 
+// agentDataDir is a data dir short enough for the kubelet's unix sockets
+// below <data-dir>/agent/kubelet (the agent refuses longer ones, and a
+// subtest's t.TempDir() can be): /tmp/ep-agent-NNN, removed when t ends.
+func agentDataDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ep-agent-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
+	unmountUnder(t, dir)
+	return dir
+}
+
 // stop sends SIGTERM and expects a clean exit within a minute.
 func (a *agentProc) stop(t *testing.T) {
 	t.Helper()
@@ -142,7 +160,7 @@ func TestAgentJoin(t *testing.T) {
 	s, _, _ := nodeServer(t)
 	token := serverNodeToken(t, s)
 	agentIP := testNodeIP(t)
-	agentDir := t.TempDir()
+	agentDir := agentDataDir(t)
 	unmountUnder(t, agentDir)
 	args := append([]string{"--server", serverURL(s), "--token", token, "--data-dir", agentDir,
 		"--node-name", "agent-1", "--node-ip", agentIP, "--node-label", "edge.example/zone=a",
@@ -255,7 +273,7 @@ func TestAgentJoin(t *testing.T) {
 	})
 
 	t.Run("a second agent with the same node name is refused", func(t *testing.T) {
-		dup := startAgent(t, append([]string{"--server", serverURL(s), "--token", token, "--data-dir", t.TempDir(),
+		dup := startAgent(t, append([]string{"--server", serverURL(s), "--token", token, "--data-dir", agentDataDir(t),
 			"--node-name", "agent-1", "--container-runtime-endpoint", fakeRuntime(t)}, agentKubeletArgs(t)...)...)
 		out := dup.waitExit(t, time.Minute)
 		wantText(t, out, `node "agent-1" is Ready`)
@@ -263,7 +281,7 @@ func TestAgentJoin(t *testing.T) {
 
 	t.Run("a token whose CA hash does not match writes nothing", func(t *testing.T) {
 		bad := "K10" + strings.Repeat("a", 64) + token[3+64:] // another CA's pin
-		dir := filepath.Join(t.TempDir(), "data")
+		dir := filepath.Join(agentDataDir(t), "data")
 		a := startAgent(t, "--server", serverURL(s), "--token", bad, "--data-dir", dir, "--node-name", "agent-x",
 			"--container-runtime-endpoint", fakeRuntime(t))
 		out := a.waitExit(t, 30*time.Second)
@@ -279,7 +297,7 @@ func TestAgentJoin(t *testing.T) {
 		created := lastLine(out)
 		id := strings.SplitN(created[strings.Index(created, "::")+2:], ".", 2)[0]
 		cliOut(t, "token", "delete", id, "--data-dir", s.dataDir)
-		a := startAgent(t, "--server", serverURL(s), "--token", created, "--data-dir", t.TempDir(), "--node-name", "agent-y",
+		a := startAgent(t, "--server", serverURL(s), "--token", created, "--data-dir", agentDataDir(t), "--node-name", "agent-y",
 			"--container-runtime-endpoint", fakeRuntime(t))
 		out = a.waitExit(t, time.Minute)
 		wantText(t, out, id)
@@ -292,7 +310,7 @@ func TestAgentJoin(t *testing.T) {
 		}
 		closed := "https://" + l.Addr().String()
 		_ = l.Close()
-		a := startAgent(t, "--server", closed, "--token", token, "--data-dir", t.TempDir(), "--node-name", "agent-z",
+		a := startAgent(t, "--server", closed, "--token", token, "--data-dir", agentDataDir(t), "--node-name", "agent-z",
 			"--container-runtime-endpoint", fakeRuntime(t))
 		eventually(t, 30*time.Second, "a retry log line", func(context.Context) (bool, error) {
 			return strings.Contains(a.output.String(), "Cannot reach the server"), nil
@@ -319,7 +337,7 @@ func TestAgentJoin(t *testing.T) {
 			{"unix://" + filepath.Join(t.TempDir(), "missing.sock"), "missing.sock"},
 			{"unix://" + dead, "dead.sock"},
 		} {
-			a := startAgent(t, "--server", serverURL(s), "--token", token, "--data-dir", t.TempDir(), "--node-name", "agent-r",
+			a := startAgent(t, "--server", serverURL(s), "--token", token, "--data-dir", agentDataDir(t), "--node-name", "agent-r",
 				"--container-runtime-endpoint", c.endpoint)
 			out := a.waitExit(t, time.Minute)
 			wantText(t, out, c.want)
