@@ -54,9 +54,10 @@ type FS struct {
 
 // Stats counts what the filesystem saw; Cut fills the Dropped fields.
 type Stats struct {
-	Writes, Syncs        int   // data writes and file syncs seen
-	DroppedFiles         int   // files that had unsynced changes at the cut
-	DroppedBytesRestored int64 // bytes of durable images written back at the cut
+	Writes, Syncs        int      // data writes and file syncs seen
+	DroppedFiles         int      // files that had unsynced changes at the cut
+	DroppedBytesRestored int64    // bytes of durable images written back at the cut
+	DroppedPaths         []string // backing paths of those files, relative to the backing directory
 }
 
 // volatile is a file with changes since its last sync: the durable size and
@@ -129,6 +130,12 @@ func (p *FS) Cut() (Stats, error) {
 		}
 		if err := v.f.Truncate(v.size); err != nil {
 			errs = append(errs, fmt.Errorf("restore inode %d size %d: %w", ino, v.size, err))
+		}
+		if path, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", v.f.Fd())); err == nil {
+			if rel, err := filepath.Rel(p.backing, path); err == nil {
+				path = rel
+			}
+			p.stats.DroppedPaths = append(p.stats.DroppedPaths, path)
 		}
 		_ = v.f.Close()
 		p.stats.DroppedFiles++

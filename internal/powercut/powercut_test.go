@@ -200,7 +200,7 @@ func TestCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.DroppedFiles == 0 || st.Writes == 0 || st.Syncs == 0 {
+	if st.DroppedFiles == 0 || st.Writes == 0 || st.Syncs == 0 || len(st.DroppedPaths) != st.DroppedFiles {
 		t.Errorf("stats after the cut: %+v; want writes, syncs and dropped files", st)
 	}
 	if _, err := open.Write([]byte("x")); !errors.Is(err, syscall.EIO) {

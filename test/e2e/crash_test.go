@@ -184,10 +184,8 @@ type crashVariant struct {
 	verb string // "killed", "power cut": for the cycle's log line
 	salt uint64 // keeps the variant's kill moments apart from the others' under one seed
 	// afterKill, if set, runs once the server is dead, before the restart:
-	// the power-cut test cuts the power and remounts there.
+	// the power-cut test cuts the power, remounts and checks the files there.
 	afterKill func(t *testing.T, cycle int)
-	// check, if set, inspects the data dir of each restarted server.
-	check func(t *testing.T, what string)
 }
 
 // crashLoop runs plan.cycles cycles of concurrent writes, a SIGKILL at a
@@ -212,13 +210,9 @@ func crashLoop(t *testing.T, plan crashPlan, ds, dir string, v crashVariant) str
 		if v.afterKill != nil {
 			v.afterKill(t, cycle)
 		}
-		what := fmt.Sprintf("%s cycle %d", ds, cycle)
 		s, recovery = crashStart(t, dir, ds)
 		recoveries = append(recoveries, recovery)
-		if v.check != nil {
-			v.check(t, what)
-		}
-		l := ledger.verify(t, s, what)
+		l := ledger.verify(t, s, fmt.Sprintf("%s cycle %d", ds, cycle))
 		lost += l
 		t.Logf("%s cycle %d: %s %s after the first acknowledged write: %d writes acknowledged, %d in flight, %d lost; recovery (exec to ready) %.2f s",
 			ds, cycle, v.verb, run.Round(time.Millisecond), res.acked, res.unknown, l, recovery.Seconds())
