@@ -82,12 +82,13 @@ func crashDatastoreIndex(ds string) uint64 {
 	return uint64(slices.Index(datastoreCases, ds) + 1)
 }
 
-// crashStart launches edgeplane on dir and waits for its ready line; it
-// returns the server with a client and the time from exec to ready.
-func crashStart(t *testing.T, dir, ds string) (*server, time.Duration) {
+// crashStart launches edgeplane on dir with the extra args and waits for its
+// ready line; it returns the server with a client and the time from exec to
+// ready.
+func crashStart(t *testing.T, dir, ds string, args ...string) (*server, time.Duration) {
 	t.Helper()
 	begin := time.Now()
-	s := launch(t, dir, "--datastore", ds)
+	s := launch(t, dir, append([]string{"--datastore", ds}, args...)...)
 	select {
 	case <-s.ready:
 	case <-s.exited:
@@ -180,9 +181,10 @@ func crashKillRestart(t *testing.T, plan crashPlan, ds string) string {
 
 // crashVariant is what a kind of crash adds to the write-kill-restart loop.
 type crashVariant struct {
-	name string // "crash", "power-cut": for the summary
-	verb string // "killed", "power cut": for the cycle's log line
-	salt uint64 // keeps the variant's kill moments apart from the others' under one seed
+	name string   // "crash", "power-cut": for the summary
+	verb string   // "killed", "power cut": for the cycle's log line
+	salt uint64   // keeps the variant's kill moments apart from the others' under one seed
+	args []string // extra server arguments
 	// afterKill, if set, runs once the server is dead, before the restart:
 	// the power-cut test cuts the power, remounts and checks the files there.
 	afterKill func(t *testing.T, cycle int)
@@ -194,7 +196,7 @@ type crashVariant struct {
 func crashLoop(t *testing.T, plan crashPlan, ds, dir string, v crashVariant) string {
 	rng := crashRand(plan.seed, crashDatastoreIndex(ds)+v.salt)
 	ledger := newCrashLedger(plan.writers, plan.objects)
-	s, recovery := crashStart(t, dir, ds)
+	s, recovery := crashStart(t, dir, ds, v.args...)
 	t.Logf("%s: first start ready in %.2f s", ds, recovery.Seconds())
 	var recoveries crashDurations
 	var acked, unknown, lost int
@@ -210,7 +212,7 @@ func crashLoop(t *testing.T, plan crashPlan, ds, dir string, v crashVariant) str
 		if v.afterKill != nil {
 			v.afterKill(t, cycle)
 		}
-		s, recovery = crashStart(t, dir, ds)
+		s, recovery = crashStart(t, dir, ds, v.args...)
 		recoveries = append(recoveries, recovery)
 		l := ledger.verify(t, s, fmt.Sprintf("%s cycle %d", ds, cycle))
 		lost += l
