@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	"k8s.io/client-go/tools/clientcmd"
@@ -34,9 +35,14 @@ import (
 func powerCutPlan(t *testing.T) crashPlan {
 	t.Helper()
 	p := crashPlanFromEnv(t)
-	p.cycles = 2
+	// Every write goes through FUSE, and SQLite syncs each commit: kine on
+	// SQLite acknowledges 30-130 writes a second here on a loaded machine
+	// (etcd 100-300), so the writers run at least 1.5 s before the cut for
+	// the per-cycle floors of acknowledged writes to hold (the full run's
+	// slowest cycle: 15 writes in 521 ms).
+	p.cycles, p.minRun, p.maxRun = 2, 1500*time.Millisecond, 2500*time.Millisecond
 	if p.full {
-		p.cycles = 50
+		p.cycles, p.maxRun = 50, 4*time.Second
 	}
 	if s := os.Getenv("EDGEPLANE_POWERCUT_CYCLES"); s != "" {
 		n, err := strconv.Atoi(s)
