@@ -59,7 +59,7 @@ bench-smoke:
 # datastore, a 30-minute storage soak, datastore and disk faults, 5-minute
 # load runs, hostile input. `make test` runs the same tests in a short form.
 # Roughly 90 minutes on 2 cores; RELIABILITY_RUN narrows it (a -run regexp).
-RELIABILITY_RUN ?= TestCrash|TestSoak|TestDiskFault|TestEtcdFault|TestLoad|TestHostile
+RELIABILITY_RUN ?= TestCrash|TestPowerCut|TestSoak|TestDiskFault|TestEtcdFault|TestLoad|TestHostile
 .PHONY: reliability
 reliability:
 	EDGEPLANE_RELIABILITY_FULL=1 go test -count=1 -v -timeout 180m -run '$(RELIABILITY_RUN)' ./test/e2e/

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 )
 
 // defaultAuditPolicy records who did what (metadata: user, verb, resource,
@@ -47,14 +49,8 @@ func writeAuditPolicy(dir string) (string, error) {
 		return "", fmt.Errorf("audit policy: %w", err)
 	}
 	path := filepath.Join(dir, "audit-policy.yaml")
-	if old, err := os.ReadFile(path); err == nil && string(old) == defaultAuditPolicy {
-		return path, nil
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(defaultAuditPolicy), 0o600); err != nil {
-		return "", fmt.Errorf("audit policy: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	// Durably: a torn policy would stop the API server at the next start.
+	if _, err := atomicfile.Write(path, []byte(defaultAuditPolicy), 0o600); err != nil {
 		return "", fmt.Errorf("audit policy: %w", err)
 	}
 	return path, nil

@@ -3,7 +3,6 @@ package bootstrap
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/chain"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
@@ -140,8 +140,10 @@ type endpointFile struct{ path, url string }
 func (e *endpointFile) Name() string { return "etcd-endpoint-file" }
 
 func (e *endpointFile) Start(context.Context) error {
-	if err := os.WriteFile(e.path, []byte(e.url+"\n"), 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", e.path, err)
+	// Durably, so that the file is never torn after a power cut (its URL
+	// is stale until the next start either way: the port changes).
+	if _, err := atomicfile.Write(e.path, []byte(e.url+"\n"), 0o600); err != nil {
+		return err
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/edgeplane/edgeplane/pkg/controllers"
+	"github.com/edgeplane/edgeplane/pkg/datastore"
 	"github.com/edgeplane/edgeplane/pkg/preflight"
 )
 
@@ -26,6 +27,7 @@ var datastores = []string{"sqlite", "etcd"}
 type Options struct {
 	DataDir             string
 	Datastore           string
+	SQLiteSynchronous   string
 	BindAddress         string
 	HTTPSPort           int
 	AdvertiseAddress    string
@@ -50,6 +52,7 @@ func NewOptions() *Options {
 	return &Options{
 		DataDir:             defaultDataDir(),
 		Datastore:           "sqlite",
+		SQLiteSynchronous:   datastore.SyncFull,
 		BindAddress:         "0.0.0.0",
 		HTTPSPort:           6443,
 		ServiceCIDR:         "10.43.0.0/16",
@@ -80,6 +83,7 @@ func defaultDataDir() string {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for certificates, kubeconfigs and the datastore (created 0700).")
 	fs.StringVar(&o.Datastore, "datastore", o.Datastore, "Datastore: "+strings.Join(datastores, " or ")+".")
+	fs.StringVar(&o.SQLiteSynchronous, "sqlite-synchronous", o.SQLiteSynchronous, "How SQLite syncs commits: "+datastore.SyncFull+" puts every write on the disk before it is acknowledged (a power cut loses nothing acknowledged); "+datastore.SyncNormal+" is faster and writes less but a power cut may lose the last acknowledged writes (see docs/reliability/powercut.md). SQLite only.")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "IP address the HTTPS API listens on.")
 	fs.IntVar(&o.HTTPSPort, "https-port", o.HTTPSPort, "Port of the HTTPS API (0 picks a free port).")
 	fs.StringVar(&o.AdvertiseAddress, "advertise-address", o.AdvertiseAddress, "IP address advertised to the cluster in the kubernetes Service endpoints (default: the host's primary address).")
@@ -104,6 +108,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 type completedOptions struct {
 	DataDir            string
 	Datastore          string
+	SQLiteSynchronous  string
 	BindAddress        net.IP
 	HTTPSPort          int
 	AdvertiseAddress   net.IP
@@ -141,10 +146,11 @@ type CompletedOptions struct {
 // Validate so that every problem is reported at once.
 func (o *Options) Complete() (CompletedOptions, error) {
 	c := &completedOptions{
-		Datastore:       o.Datastore,
-		HTTPSPort:       o.HTTPSPort,
-		ClusterDomain:   o.ClusterDomain,
-		WriteKubeconfig: o.WriteKubeconfig,
+		Datastore:         o.Datastore,
+		SQLiteSynchronous: strings.ToLower(strings.TrimSpace(o.SQLiteSynchronous)),
+		HTTPSPort:         o.HTTPSPort,
+		ClusterDomain:     o.ClusterDomain,
+		WriteKubeconfig:   o.WriteKubeconfig,
 
 		ClusterCIDR:       strings.TrimSpace(o.ClusterCIDR),
 		AllocateNodeCIDRs: o.AllocateNodeCIDRs,
@@ -236,6 +242,7 @@ func (c CompletedOptions) Validate() []error {
 	if !slices.Contains(datastores, c.Datastore) {
 		errs = append(errs, fmt.Errorf("--datastore %q is not one of: %s", c.Datastore, strings.Join(datastores, ", ")))
 	}
+	errs = append(errs, c.validateSQLiteSynchronous()...)
 	if c.HTTPSPort < 0 || c.HTTPSPort > 65535 {
 		errs = append(errs, fmt.Errorf("--https-port %d is not between 0 and 65535", c.HTTPSPort))
 	}
@@ -272,4 +279,25 @@ func (c CompletedOptions) Validate() []error {
 		errs = append(errs, errors.New("--write-kubeconfig must differ from the admin kubeconfig in --data-dir"))
 	}
 	return errs
+}
+
+// validateSQLiteSynchronous checks --sqlite-synchronous, and that the fast
+// mode is asked of SQLite only (elsewhere it would silently change nothing).
+func (c CompletedOptions) validateSQLiteSynchronous() []error {
+	switch c.SQLiteSynchronous {
+	case datastore.SyncFull:
+		return nil
+	case datastore.SyncNormal:
+	default:
+		return []error{fmt.Errorf("--sqlite-synchronous %q is not one of: %s (the default: a power cut loses nothing acknowledged), %s (faster, but a power cut may lose the last acknowledged writes)",
+			c.SQLiteSynchronous, datastore.SyncFull, datastore.SyncNormal)}
+	}
+	kind := c.Datastore
+	if ep := c.Cluster.DatastoreEndpoint; ep != "" {
+		kind, _, _ = datastore.EndpointKind(ep) // a bad endpoint is reported on its own
+	}
+	if kind != datastore.TypeSQLite {
+		return []error{fmt.Errorf("--sqlite-synchronous %s applies to SQLite only, and the datastore is %s: remove it", c.SQLiteSynchronous, kind)}
+	}
+	return nil
 }

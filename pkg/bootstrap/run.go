@@ -109,6 +109,7 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	} else if store, err = datastore.New(datastore.Options{
 		Type:               o.Datastore,
 		DataDir:            o.DataDir,
+		SQLiteSync:         o.SQLiteSynchronous,
 		EtcdCAFile:         pki.EtcdCA.Cert,
 		EtcdServerCertFile: pki.EtcdServer.Cert,
 		EtcdServerKeyFile:  pki.EtcdServer.Key,

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apiserver/pkg/server/healthz"
 	"sigs.k8s.io/yaml"
 
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
 )
 
@@ -132,15 +133,10 @@ func writeAuthenticationConfig(dir string) (string, error) {
 		return "", fmt.Errorf("chain: create %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, "authentication-config.yaml")
-	if old, err := os.ReadFile(path); err == nil && string(old) == string(data) {
-		return path, nil
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return "", fmt.Errorf("chain: write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", fmt.Errorf("chain: write %s: %w", path, err)
+	// Durably (temp, fsync, rename, directory fsync): a power cut must not
+	// leave a torn file the API server refuses at the next start.
+	if _, err := atomicfile.Write(path, data, 0o600); err != nil {
+		return "", fmt.Errorf("chain: %w", err)
 	}
 	return path, nil
 }

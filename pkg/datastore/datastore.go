@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -52,6 +53,11 @@ type Options struct {
 	Endpoint                                          string
 	EndpointCAFile, EndpointCertFile, EndpointKeyFile string
 
+	// SQLiteSync is how SQLite (the sqlite datastore, or a sqlite://
+	// endpoint) syncs its commits: SyncFull (the default when empty) or
+	// SyncNormal, faster but a power cut may lose acknowledged writes.
+	SQLiteSync string
+
 	// Cluster, with Type etcd, makes the embedded etcd a member of a
 	// cluster of servers (etcdcluster.go).
 	Cluster *EtcdCluster
@@ -59,10 +65,13 @@ type Options struct {
 
 // Validate reports every problem with o at once.
 func (o *Options) Validate() []error {
-	if o.Endpoint != "" {
-		return o.validateEndpoint()
-	}
 	var errs []error
+	if !slices.Contains([]string{"", SyncFull, SyncNormal}, o.SQLiteSync) {
+		errs = append(errs, fmt.Errorf("--sqlite-synchronous %q is not one of: %s (the default: every commit on the disk before it is acknowledged), %s (faster, but a power cut may lose acknowledged writes)", o.SQLiteSync, SyncFull, SyncNormal))
+	}
+	if o.Endpoint != "" {
+		return append(errs, o.validateEndpoint()...)
+	}
 	typ := o.Type
 	if typ == "" {
 		typ = TypeSQLite
@@ -118,5 +127,18 @@ func New(o Options) (Datastore, error) {
 	if o.Type == TypeEtcd {
 		return newEtcd(o, dbDir), nil
 	}
-	return newKine(dbDir)
+	return newKine(dbDir, o.sqliteSync())
+}
+
+// SQLite synchronous modes accepted in Options.SQLiteSync.
+const (
+	SyncFull   = "full"
+	SyncNormal = "normal"
+)
+
+func (o *Options) sqliteSync() string {
+	if o.SQLiteSync == "" {
+		return SyncFull
+	}
+	return o.SQLiteSync
 }

@@ -19,6 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/klog/v2"
+
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 )
 
 // EtcdCluster makes the embedded etcd one member of a cluster of edgeplane
@@ -56,7 +58,8 @@ func MemberName(dataDir string) (string, error) {
 	if err := ensurePrivateDir(filepath.Dir(path)); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(path, []byte(name+"\n"), 0o600); err != nil {
+	// Durably: the member name must match the one etcd stored in its data.
+	if _, err := atomicfile.Write(path, []byte(name+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("datastore: %w", err)
 	}
 	return name, nil

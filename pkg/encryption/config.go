@@ -20,6 +20,8 @@ import (
 
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 )
 
 // FileName is the configuration's name under <data-dir>/tls.
@@ -189,27 +191,10 @@ func Write(path string, cfg *apiserverv1.EncryptionConfiguration) (string, error
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return "", fmt.Errorf("encryption: %w", err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+	// Durably: a power cut leaves the old configuration or the new one,
+	// never a torn file that hides the keys of the stored Secrets.
+	if _, err := atomicfile.Write(path, data, fileMode); err != nil {
 		return "", fmt.Errorf("encryption: %w", err)
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Chmod(tmp, fileMode)
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, path)
-	}
-	if werr != nil {
-		_ = os.Remove(tmp)
-		return "", fmt.Errorf("encryption: writing %s: %w", path, werr)
 	}
 	return Hash(data), nil
 }

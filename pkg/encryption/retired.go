@@ -9,6 +9,8 @@ import (
 
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 )
 
 // RetiredFileName keeps, under <data-dir>/tls (0600), the keys that
@@ -57,11 +59,7 @@ func retire(path string, cfg *apiserverv1.EncryptionConfiguration, keep string) 
 	if err != nil {
 		return fmt.Errorf("encryption: %w", err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, fileMode); err != nil {
-		return fmt.Errorf("encryption: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if _, err := atomicfile.Write(path, data, fileMode); err != nil {
 		return fmt.Errorf("encryption: %w", err)
 	}
 	return nil

@@ -14,6 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 )
 
 // SharedFiles are the files, relative to the data dir, that every server of a
@@ -79,11 +81,9 @@ func (d Data) Apply(dataDir string) (written int, err error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return written, fmt.Errorf("bootstrap data: %w", err)
 		}
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, want, 0o600); err != nil {
-			return written, fmt.Errorf("bootstrap data: %w", err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
+		// Durably: these are the cluster's CA keys; a power cut must not
+		// leave a torn one that every later start refuses.
+		if _, err := atomicfile.Write(path, want, 0o600); err != nil {
 			return written, fmt.Errorf("bootstrap data: %w", err)
 		}
 		written++

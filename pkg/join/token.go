@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 )
 
 const (
@@ -114,17 +116,12 @@ func ReadTokenFile(dataDir string) (t Token, ok bool, err error) {
 	return t, true, nil
 }
 
-// WriteTokenFile writes <dataDir>/token, mode 0600, atomically.
+// WriteTokenFile writes <dataDir>/token, mode 0600, atomically and durably
+// (temp file, fsync, rename, directory fsync): a power cut leaves the old
+// token or the new one, never a torn one.
 func WriteTokenFile(dataDir string, t Token) error {
 	path := filepath.Join(dataDir, TokenFileName)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(t.String()+"\n"), 0o600); err != nil {
-		return fmt.Errorf("writing the token: %w", err)
-	}
-	if err := os.Chmod(tmp, 0o600); err != nil {
-		return fmt.Errorf("writing the token: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if _, err := atomicfile.Write(path, []byte(t.String()+"\n"), 0o600); err != nil {
 		return fmt.Errorf("writing the token: %w", err)
 	}
 	return nil

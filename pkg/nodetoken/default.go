@@ -15,6 +15,7 @@ import (
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"github.com/edgeplane/edgeplane/pkg/join"
 )
 
@@ -120,40 +121,8 @@ func ReadFile(dataDir string) (t Token, ok bool, err error) {
 // durably: a temporary file in the same directory is written and synced,
 // renamed over the old one, and the directory synced.
 func WriteFile(dataDir string, t Token) error {
-	path := filepath.Join(dataDir, FileName)
-	f, err := os.CreateTemp(dataDir, "."+FileName+"-*.tmp")
-	if err != nil {
+	if _, err := atomicfile.Write(filepath.Join(dataDir, FileName), []byte(t.String()+"\n"), 0o600); err != nil {
 		return fmt.Errorf("writing the node token: %w", err)
 	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // fails harmlessly after the rename
-	_, werr := f.WriteString(t.String() + "\n")
-	if werr == nil {
-		werr = f.Chmod(0o600)
-	}
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if err := f.Close(); werr == nil {
-		werr = err
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, path)
-	}
-	if werr == nil {
-		werr = syncDir(dataDir)
-	}
-	if werr != nil {
-		return fmt.Errorf("writing the node token %s: %w", path, werr)
-	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

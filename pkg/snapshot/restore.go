@@ -130,7 +130,11 @@ func restoreEtcd(ctx context.Context, src, etcdDir, name, suffix string) error {
 		}
 		return fmt.Errorf("snapshot: etcd restore: %w", err)
 	}
-	return os.Chmod(etcdDir, dirMode)
+	if err := os.Chmod(etcdDir, dirMode); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	// etcdutl syncs what it writes; the renames in db/ need the directory's.
+	return syncDir(filepath.Dir(etcdDir))
 }
 
 // zapFor gives etcdutl a quiet logger unless klog is verbose.

@@ -82,12 +82,13 @@ func crashDatastoreIndex(ds string) uint64 {
 	return uint64(slices.Index(datastoreCases, ds) + 1)
 }
 
-// crashStart launches edgeplane on dir and waits for its ready line; it
-// returns the server with a client and the time from exec to ready.
-func crashStart(t *testing.T, dir, ds string) (*server, time.Duration) {
+// crashStart launches edgeplane on dir with the extra args and waits for its
+// ready line; it returns the server with a client and the time from exec to
+// ready.
+func crashStart(t *testing.T, dir, ds string, args ...string) (*server, time.Duration) {
 	t.Helper()
 	begin := time.Now()
-	s := launch(t, dir, "--datastore", ds)
+	s := launch(t, dir, append([]string{"--datastore", ds}, args...)...)
 	select {
 	case <-s.ready:
 	case <-s.exited:
@@ -175,33 +176,53 @@ func TestCrashKillRestart(t *testing.T) {
 }
 
 func crashKillRestart(t *testing.T, plan crashPlan, ds string) string {
-	dir := t.TempDir()
-	rng := crashRand(plan.seed, crashDatastoreIndex(ds))
+	return crashLoop(t, plan, ds, t.TempDir(), crashVariant{name: "crash", verb: "killed"})
+}
+
+// crashVariant is what a kind of crash adds to the write-kill-restart loop.
+type crashVariant struct {
+	name string   // "crash", "power-cut": for the summary
+	verb string   // "killed", "power cut": for the cycle's log line
+	salt uint64   // keeps the variant's kill moments apart from the others' under one seed
+	args []string // extra server arguments
+	// afterKill, if set, runs once the server is dead, before the restart:
+	// the power-cut test cuts the power, remounts and checks the files there.
+	afterKill func(t *testing.T, cycle int)
+}
+
+// crashLoop runs plan.cycles cycles of concurrent writes, a SIGKILL at a
+// seeded random moment and a restart on dir, and checks every acknowledged
+// write after each restart; it returns the summary line.
+func crashLoop(t *testing.T, plan crashPlan, ds, dir string, v crashVariant) string {
+	rng := crashRand(plan.seed, crashDatastoreIndex(ds)+v.salt)
 	ledger := newCrashLedger(plan.writers, plan.objects)
-	s, recovery := crashStart(t, dir, ds)
+	s, recovery := crashStart(t, dir, ds, v.args...)
 	t.Logf("%s: first start ready in %.2f s", ds, recovery.Seconds())
 	var recoveries crashDurations
 	var acked, unknown, lost int
 	for cycle := 1; cycle <= plan.cycles; cycle++ {
 		run := plan.minRun + time.Duration(rng.Int64N(int64(plan.maxRun-plan.minRun)))
-		res := ledger.writeAndKill(t, s, plan.seed, crashDatastoreIndex(ds), uint64(cycle), run)
+		res := ledger.writeAndKill(t, s, plan.seed, crashDatastoreIndex(ds)+v.salt, uint64(cycle), run)
 		acked += res.acked
 		unknown += res.unknown
 		if res.acked < crashMinAckedPerCycle || res.minWriter < crashMinAckedPerWriter {
 			t.Errorf("%s cycle %d: %d writes acknowledged in %s before the kill, the fewest by one writer %d; want at least %d, and %d by each writer",
 				ds, cycle, res.acked, run.Round(time.Millisecond), res.minWriter, crashMinAckedPerCycle, crashMinAckedPerWriter)
 		}
-		s, recovery = crashStart(t, dir, ds)
+		if v.afterKill != nil {
+			v.afterKill(t, cycle)
+		}
+		s, recovery = crashStart(t, dir, ds, v.args...)
 		recoveries = append(recoveries, recovery)
 		l := ledger.verify(t, s, fmt.Sprintf("%s cycle %d", ds, cycle))
 		lost += l
-		t.Logf("%s cycle %d: killed %s after the first acknowledged write: %d writes acknowledged, %d in flight, %d lost; recovery (exec to ready) %.2f s",
-			ds, cycle, run.Round(time.Millisecond), res.acked, res.unknown, l, recovery.Seconds())
+		t.Logf("%s cycle %d: %s %s after the first acknowledged write: %d writes acknowledged, %d in flight, %d lost; recovery (exec to ready) %.2f s",
+			ds, cycle, v.verb, run.Round(time.Millisecond), res.acked, res.unknown, l, recovery.Seconds())
 	}
 	s.stop()
 	if lost != 0 {
 		t.Errorf("%s: %d acknowledged writes lost", ds, lost)
 	}
-	return fmt.Sprintf("crash summary %s: seed %d, %d kill/restart cycles, %d writers, %d writes acknowledged, %d in flight at the kills, %d lost; recovery %s",
-		ds, plan.seed, plan.cycles, plan.writers, acked, unknown, lost, recoveries)
+	return fmt.Sprintf("%s summary %s: seed %d, %d %s/restart cycles, %d writers, %d writes acknowledged, %d in flight at the kills, %d lost; recovery %s",
+		v.name, ds, plan.seed, plan.cycles, v.verb, plan.writers, acked, unknown, lost, recoveries)
 }

@@ -1,0 +1,57 @@
+package bootstrap
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// TestSQLiteSynchronousFlag: full is the default, normal is the explicit
+// opt-out, anything else (or normal on a datastore that is not SQLite) is
+// refused naming the flag.
+func TestSQLiteSynchronousFlag(t *testing.T) {
+	cases := []struct {
+		name    string
+		args    []string
+		want    string // the completed mode when accepted
+		wantErr string // a part of the one expected problem
+	}{
+		{name: "default is full", want: "full"},
+		{name: "normal on sqlite", args: []string{"--sqlite-synchronous=normal"}, want: "normal"},
+		{name: "case and spaces", args: []string{"--sqlite-synchronous= NORMAL "}, want: "normal"},
+		{name: "full on etcd", args: []string{"--datastore=etcd", "--sqlite-synchronous=full"}, want: "full"},
+		{name: "normal on a sqlite endpoint", args: []string{"--datastore-endpoint=sqlite:///var/lib/x.db", "--sqlite-synchronous=normal"}, want: "normal"},
+		{name: "unknown mode", args: []string{"--sqlite-synchronous=off"}, wantErr: `--sqlite-synchronous "off" is not one of: full`},
+		{name: "normal on etcd", args: []string{"--datastore=etcd", "--sqlite-synchronous=normal"}, wantErr: "applies to SQLite only, and the datastore is etcd"},
+		{name: "normal on postgres", args: []string{"--datastore-endpoint=postgres://u:p@h/db", "--sqlite-synchronous=normal"}, wantErr: "the datastore is postgres"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			args := append([]string{"--data-dir", t.TempDir(), "--advertise-address", "192.0.2.1"}, tc.args...)
+			if err := fs.Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			c, err := o.Complete()
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs := c.Validate()
+			if tc.wantErr != "" {
+				if len(errs) != 1 || !strings.Contains(errs[0].Error(), tc.wantErr) {
+					t.Fatalf("problems %v; want one containing %q", errs, tc.wantErr)
+				}
+				return
+			}
+			if len(errs) != 0 {
+				t.Fatalf("problems: %v", errs)
+			}
+			if c.SQLiteSynchronous != tc.want {
+				t.Fatalf("mode %q, want %q", c.SQLiteSynchronous, tc.want)
+			}
+		})
+	}
+}
