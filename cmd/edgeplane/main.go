@@ -11,9 +11,9 @@ import (
 )
 
 func main() {
-	// Before anything reads the version: an unstamped build (go build, go
-	// run) reports go.mod's Kubernetes version, as a release does.
-	if _, err := kubeversion.Apply(); err != nil {
+	// An unstamped build (go build, go run) reports go.mod's Kubernetes
+	// version, as a release does; kubeversion set it at init.
+	if err := kubeversion.Err(); err != nil {
 		fmt.Fprintf(os.Stderr, "edgeplane: warning: %v\n", err)
 	}
 	// Installed as a link named kubectl, the binary is kubectl.

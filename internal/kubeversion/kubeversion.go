@@ -47,9 +47,23 @@ const componentBaseModule = "k8s.io/component-base"
 // unstamped is the prefix of upstream's placeholder version.
 const unstamped = "v0.0.0-master"
 
+// initErr is what Apply returned at init.
+var initErr error
+
+// Apply runs at init, ahead of every k8s.io package that reads the version
+// when it is initialized (component-base/metrics/prometheus/version labels
+// kubernetes_build_info then): Go initializes a package as soon as its
+// dependencies are, taking the first by import path, and this package depends
+// on the version packages only.
+func init() { _, initErr = Apply() }
+
+// Err reports why the version could not be set at init (nil if it was, or
+// if the binary is stamped).
+func Err() error { return initErr }
+
 // Apply sets the Kubernetes version from the build info when the binary was
 // not stamped, and returns the version in effect. A stamped binary is left
-// as it is. Call it first thing in main, before anything reads the version.
+// as it is.
 func Apply() (string, error) {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
