@@ -32,10 +32,6 @@ func buildOptions(c *Config, authnConfigFile string) (*options.ServerRunOptions,
 	s.SecureServing.MinTLSVersion = "VersionTLS12"
 	s.GenericServerRunOptions.AdvertiseAddress = c.AdvertiseAddress
 	s.GenericServerRunOptions.ShutdownWatchTerminationGracePeriod = c.ShutdownWatchGrace
-	// No metric label allow-list. Upstream reads one from a manifest file
-	// when the mapping is nil, and logs an error at every start when no
-	// file is named either ("The manifest file is empty, ignoring.").
-	s.Metrics.AllowListMapping = map[string]string{}
 	s.Features.EnableProfiling = false
 	s.Features.EnableContentionProfiling = false
 
