@@ -36,10 +36,23 @@ var noise = []struct{ text, why string }{
 		why:  "a disabled beta or alpha API version, which is the default",
 	},
 	{
+		// k8s.io/component-base/metrics/options.go (v0.37.2): Options.Apply
+		// logs an error when no metric label allow-list is configured, by
+		// manifest (this one) or by mapping (the next); the API server
+		// applies its metrics options at every start (docs/RELIABILITY.md,
+		// "Workarounds"; TestCanaryMetricsAllowListError).
+		text: "The manifest file is empty, ignoring.",
+		why:  "no metric label allow-list is configured, which is the default",
+	},
+	{
+		text: "empty allow-list mapping supplied, ignoring.",
+		why:  "no metric label allow-list is configured, which is the default",
+	},
+	{
 		// k8s.io/kubernetes/pkg/controlplane/controller/kubernetesservice:
 		// with the master-count endpoint reconciler, RemoveEndpoints always
 		// succeeds, so every start claims an unclean exit (docs/RELIABILITY.md,
-		// "Workarounds").
+		// "Workarounds"; TestCanaryMasterCountStaleData).
 		text: "Found stale data, removed previous endpoints on kubernetes service",
 		why:  "printed at every start with the master-count endpoint reconciler",
 	},
