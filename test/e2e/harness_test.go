@@ -243,3 +243,32 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 		t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
 	}
 }
+
+// datastoreCases are the datastores the tests that run on each of them use.
+var datastoreCases = []string{"sqlite", "etcd"}
+
+// cli runs `edgeplane args...` and checks its exit code.
+func cli(t *testing.T, wantCode int, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("edgeplane %v: %v", args, err)
+	}
+	if code != wantCode {
+		t.Fatalf("edgeplane %s: exit %d, want %d:\n%s", strings.Join(args, " "), code, wantCode, out)
+	}
+	return string(out)
+}
+
+// wantText fails unless out contains want.
+func wantText(t *testing.T, out, want string) {
+	t.Helper()
+	if !strings.Contains(out, want) {
+		t.Fatalf("output does not say %q:\n%s", want, tail(out))
+	}
+}
