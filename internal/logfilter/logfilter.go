@@ -75,18 +75,20 @@ type Filter struct {
 func New(out io.Writer) *Filter { return &Filter{out: out} }
 
 // Install makes klog write through a filter to out when klog's verbosity is
-// 0; at -v 1 or more it leaves klog as it is and returns nil. Call it once,
+// 0 and no --vmodule is set; otherwise it leaves klog as it is and returns
+// nil. Call it once,
 // after the command line is parsed.
 //
 // klog writes straight to stderr when it logs to stderr; to see every entry
 // the filter turns that off and takes klog's output itself, as one stream
 // (one_output) with no copy to stderr (stderrthreshold above FATAL).
 func Install(out io.Writer) *Filter {
-	if klog.V(1).Enabled() {
+	fs := flagSet()
+	// At -v 1 or with a --vmodule, the user asked for upstream's info lines.
+	if klog.V(1).Enabled() || fs.Lookup("vmodule").Value.String() != "" {
 		return nil
 	}
 	f := New(out)
-	fs := flagSet()
 	for name, value := range map[string]string{"logtostderr": "false", "one_output": "true", "stderrthreshold": "4"} {
 		if err := fs.Set(name, value); err != nil {
 			klog.Background().Error(err, "Log filter not installed: klog refused a setting", "flag", name)

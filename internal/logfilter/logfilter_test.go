@@ -62,7 +62,7 @@ func (b *lockedBuffer) String() string {
 // package (edgeplane's code) and from real upstream functions that log.
 func TestInstall(t *testing.T) {
 	fs := flagSet()
-	for _, name := range []string{"v", "logtostderr", "one_output", "stderrthreshold"} {
+	for _, name := range []string{"v", "vmodule", "logtostderr", "one_output", "stderrthreshold"} {
 		old := fs.Lookup(name).Value.String()
 		t.Cleanup(func() { _ = fs.Set(name, old) })
 	}
@@ -75,6 +75,15 @@ func TestInstall(t *testing.T) {
 		}
 		if got := fs.Lookup("logtostderr").Value.String(); got != "true" {
 			t.Fatalf("logtostderr = %s after Install at -v 1, want true", got)
+		}
+	})
+
+	t.Run("--vmodule leaves klog alone", func(t *testing.T) {
+		setFlag(t, fs, "v", "0")
+		setFlag(t, fs, "vmodule", "shared_informer=4")
+		defer setFlag(t, fs, "vmodule", "")
+		if f := Install(&lockedBuffer{}); f != nil {
+			t.Fatal("Install with a --vmodule returned a filter")
 		}
 	})
 
