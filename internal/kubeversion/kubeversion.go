@@ -21,8 +21,9 @@ import (
 )
 
 // The variables hack/ldflags.sh stamps with -X. They are unexported, and -X
-// is the only other way to set them; the link fails if upstream renames one.
-// (Workaround listed in docs/RELIABILITY.md; TestLinkedVariables is its canary.)
+// is the only other way to set them. If upstream renames one, the name here
+// is a variable of its own and the version stays unstamped: TestApply fails
+// then (workaround listed in docs/RELIABILITY.md; TestApply is its canary).
 var (
 	//go:linkname baseGitVersion k8s.io/component-base/version.gitVersion
 	baseGitVersion string

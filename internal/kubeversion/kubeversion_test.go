@@ -30,8 +30,8 @@ func goModVersion(t *testing.T) string {
 // info an edgeplane binary carries (a test binary's lists no modules; the
 // e2e tests run a binary built without ldflags): afterwards both version
 // packages report go.mod's Kubernetes version. It is also the canary of the
-// go:linkname workaround: the test does not link if upstream renames a
-// variable, and fails if Get() stops reading them.
+// go:linkname workaround: it fails if upstream renames a variable (the
+// linked name is then a variable of its own) or Get() stops reading them.
 func TestApply(t *testing.T) {
 	if v := version.Get().GitVersion; !strings.HasPrefix(v, unstamped) {
 		t.Skipf("the test binary is stamped (%s)", v)
