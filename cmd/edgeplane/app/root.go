@@ -12,8 +12,6 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/component-base/version"
 	"k8s.io/klog/v2"
-
-	"github.com/edgeplane/edgeplane/internal/logfilter"
 )
 
 // Version is edgeplane's own version, stamped at build time with
@@ -42,10 +40,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// No subcommand has its own PersistentPreRunE: this one runs for all.
-		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			filterLogs(cmd)
-			return resolveDataDir(cmd, args)
-		},
+		PersistentPreRunE: resolveDataDir,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -64,16 +59,6 @@ func addKlogFlags(fs *pflag.FlagSet) {
 		fs.AddGoFlag(gofs.Lookup(name))
 	}
 	fs.Lookup("v").Shorthand = "v"
-}
-
-// filterLogs keeps the long-running commands' default output (-v 0) to
-// edgeplane's own lines and upstream's warnings and errors (internal/logfilter).
-// Other commands, kubectl above all, whose -v is its own, log as upstream does.
-func filterLogs(cmd *cobra.Command) {
-	switch cmd.Name() {
-	case "server", "agent":
-		logfilter.Install(os.Stderr)
-	}
 }
 
 func newVersionCommand() *cobra.Command {
