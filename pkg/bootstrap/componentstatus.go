@@ -65,7 +65,8 @@ func newHealthEndpoints(keyPair certs.KeyPair, checks map[string]func(*http.Requ
 
 func (h *healthEndpoints) Name() string { return "health-endpoints" }
 
-// Start binds every port it can and serves them.
+// Start binds every port it can and serves them; a port it cannot bind is
+// logged and left out, never an error.
 func (h *healthEndpoints) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	h.mu.Lock()
@@ -97,8 +98,10 @@ func (h *healthEndpoints) Start(ctx context.Context) error {
 			continue
 		}
 		if err != nil {
-			h.closeLocked()
-			return fmt.Errorf("health endpoints: %s on %s: %w", name, addr, err)
+			// Only `kubectl get componentstatuses` needs the port: no
+			// reason to refuse to start.
+			logger.Info("Warning: cannot serve this component's health port; `kubectl get componentstatuses` reports it unhealthy", "component", name, "address", addr, "err", err.Error())
+			continue
 		}
 		srv := &http.Server{
 			Handler:           healthHandler(check),

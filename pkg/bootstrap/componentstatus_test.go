@@ -146,8 +146,9 @@ func TestHealthEndpoints(t *testing.T) {
 	}
 }
 
-// TestHealthEndpointsPortTaken: a port another process holds is skipped, the
-// others are served, and Start does not fail.
+// TestHealthEndpointsPortTaken: a port another process holds, or one that
+// cannot be bound at all, is skipped, the others are served, and Start does
+// not fail.
 func TestHealthEndpointsPortTaken(t *testing.T) {
 	ctx := context.Background()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
@@ -155,20 +156,32 @@ func TestHealthEndpointsPortTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = taken.Close() })
-	h := newHealthEndpoints(testServingPair(t), map[string]func(*http.Request) error{
+	kp := testServingPair(t)
+	checks := map[string]func(*http.Request) error{
 		componentControllerManager: func(*http.Request) error { return nil },
 		componentScheduler:         func(*http.Request) error { return nil },
-	})
-	h.ports = map[string]int{componentControllerManager: taken.Addr().(*net.TCPAddr).Port, componentScheduler: 0}
-	if err := h.Start(ctx); err != nil {
-		t.Fatalf("Start with one port taken: %v", err)
 	}
-	t.Cleanup(func() { _ = h.Stop(ctx) })
-	if _, ok := h.addrs[componentControllerManager]; ok {
-		t.Error("the taken port is listed as served")
-	}
-	if _, ok := h.addrs[componentScheduler]; !ok {
-		t.Error("the free port is not served")
+	for _, tc := range []struct {
+		name string
+		port int
+	}{
+		{"port taken", taken.Addr().(*net.TCPAddr).Port},
+		{"port out of range", 70000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHealthEndpoints(kp, checks)
+			h.ports = map[string]int{componentControllerManager: tc.port, componentScheduler: 0}
+			if err := h.Start(ctx); err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			t.Cleanup(func() { _ = h.Stop(ctx) })
+			if _, ok := h.addrs[componentControllerManager]; ok {
+				t.Error("the unusable port is listed as served")
+			}
+			if _, ok := h.addrs[componentScheduler]; !ok {
+				t.Error("the free port is not served")
+			}
+		})
 	}
 }
 
