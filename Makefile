@@ -8,8 +8,8 @@ BIN           ?= bin/edgeplane
 DATA_DIR      ?= ./.edgeplane
 TEST_TIMEOUT  ?= 25m
 
-# Stamp the Kubernetes version: unstamped, /version reports v0.0.0-master and
-# kubectl cannot parse it. See hack/ldflags.sh, which tests use too.
+# Stamp edgeplane's version and commit (and the Kubernetes version, which an
+# unstamped build also reports: internal/kubeversion). See hack/ldflags.sh.
 LDFLAGS := $(shell ./hack/ldflags.sh $(VERSION))
 
 .PHONY: build run test unit vet fmt clean dist test-qemu

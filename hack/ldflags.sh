@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the -ldflags that stamp edgeplane's version and commit and the Kubernetes version
-# into the binary; unstamped, /version reports v0.0.0-master+$Format:%H$ and
-# kubectl cannot parse it. The Kubernetes version is read from go.mod.
+# into the binary. The Kubernetes version is read from go.mod; an unstamped build reads the
+# same from its build info at start (internal/kubeversion), so stamping it is belt and braces.
 # Usage: hack/ldflags.sh [edgeplane-version]
 set -euo pipefail
 cd "$(dirname "$0")/.."

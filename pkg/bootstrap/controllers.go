@@ -87,8 +87,14 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 	if err := s.mgr.startTogether(ctx, stopTimeout, start...); err != nil {
 		return err
 	}
+	health := map[string]func(*http.Request) error{}
 	for i, c := range components {
 		s.checks[names[i]].attach(c.Check)
+		health[names[i]] = c.Check
+	}
+	// `kubectl get componentstatuses` probes their upstream health ports.
+	if err := s.mgr.start(ctx, newHealthEndpoints(s.pki.APIServerServing, health), stopTimeout); err != nil {
+		return err
 	}
 	if o.Disabled[componentControllerManager] {
 		return nil // nothing would sign what it approves

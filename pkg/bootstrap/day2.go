@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"time"
 
-	encryptionconfigcontroller "k8s.io/apiserver/pkg/server/options/encryptionconfig/controller"
-	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
 	"github.com/edgeplane/edgeplane/internal/atomicfile"
@@ -57,10 +55,7 @@ func prepareDay2(ctx context.Context, o CompletedOptions) (chain.Day2, error) {
 		if created {
 			logger.Info("Created the secrets encryption key; back it up with the data dir, snapshots need it", "config", path)
 		}
-		d.EncryptionConfigFile = path
-		// A process-wide upstream knob (exported for this); the server is
-		// the only API server in the process.
-		encryptionconfigcontroller.EncryptionConfigFileChangePollDuration = encryptionReloadPoll
+		d.EncryptionConfigFile, d.EncryptionReloadPoll = path, encryptionReloadPoll
 	} else {
 		logger.Info("Secrets are stored unencrypted (--secrets-encryption=false)")
 	}
@@ -78,7 +73,7 @@ func prepareDay2(ctx context.Context, o CompletedOptions) (chain.Day2, error) {
 	if lv := o.Day2.LeafValidity; lv > 0 {
 		// Test-only short certificates: client-go checks file-based client
 		// certificates for changes every 5 minutes, longer than they live.
-		transport.CertCallbackRefreshDuration = max(lv/10, time.Second)
+		d.ClientCertRefresh = max(lv/10, time.Second)
 		logger.Info("Short leaf certificate lifetime for tests", "lifetime", lv, "env", certs.LeafLifetimeEnv)
 	}
 	return d, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
 	"github.com/edgeplane/edgeplane/pkg/sdnotify"
@@ -19,8 +20,10 @@ func (s *server) notifyReady(ctx context.Context) {
 	}
 	if s.chain != nil {
 		// Start already waited for /readyz; ask again so READY=1 never
-		// precedes a 200, whatever start-up does after the chain.
-		readyCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		// precedes a 200, whatever start-up does after the chain. Start
+		// logged the slow readiness checks; this second look does not
+		// repeat them (its own failure is logged below).
+		readyCtx, cancel := context.WithTimeout(klog.NewContext(ctx, logr.Discard()), time.Minute)
 		err := s.chain.Ready(readyCtx)
 		cancel()
 		if err != nil {

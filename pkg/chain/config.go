@@ -33,14 +33,11 @@ type Files struct {
 	ServiceAccountPub       string // public key that verifies them
 }
 
-// Storage is how the chain reaches the etcd3 endpoint of the datastore.
-type Storage struct {
-	Endpoints                 []string
-	CAFile, CertFile, KeyFile string
-	// InProcess (optional), for a datastore in this process, gives the
-	// storage behind the watch cache a client that calls it without gRPC.
-	InProcess datastore.InProcessClient
-}
+// Storage is how the chain reaches the etcd3 endpoint of the datastore:
+// the datastore's own client configuration. Its InProcess (optional), for a
+// datastore in this process, gives the storage behind the watch cache a
+// client that calls it without gRPC.
+type Storage = datastore.ClientConfig
 
 // Config is what the chain needs from the rest of edgeplane. Every field is
 // required unless its comment says otherwise.

@@ -1,6 +1,10 @@
 package chain
 
 import (
+	"time"
+
+	encryptionconfigcontroller "k8s.io/apiserver/pkg/server/options/encryptionconfig/controller"
+	"k8s.io/client-go/transport"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 )
 
@@ -16,6 +20,15 @@ type Day2 struct {
 	AuditPolicyFile string
 	// AuditLogMaxSize (megabytes) and AuditLogMaxBackup rotate the log by size.
 	AuditLogMaxSize, AuditLogMaxBackup int
+
+	// Two process-wide upstream settings, which the chain sets because it is
+	// the only API server in the process (0 leaves upstream's default):
+	// EncryptionReloadPoll is how often the API server re-reads
+	// EncryptionConfigFile (upstream: a minute);
+	EncryptionReloadPoll time.Duration
+	// ClientCertRefresh is how often client-go re-reads file-based client
+	// certificates (upstream: 5 minutes), for certificates that live less.
+	ClientCertRefresh time.Duration
 }
 
 // applyDay2 sets the upstream options for d.
@@ -23,6 +36,13 @@ func applyDay2(s *options.ServerRunOptions, d Day2) {
 	if d.EncryptionConfigFile != "" {
 		s.Etcd.EncryptionProviderConfigFilepath = d.EncryptionConfigFile
 		s.Etcd.EncryptionProviderConfigAutomaticReload = true
+		if d.EncryptionReloadPoll > 0 {
+			// A variable upstream exports for this.
+			encryptionconfigcontroller.EncryptionConfigFileChangePollDuration = d.EncryptionReloadPoll
+		}
+	}
+	if d.ClientCertRefresh > 0 {
+		transport.CertCallbackRefreshDuration = d.ClientCertRefresh
 	}
 	if d.AuditLogPath != "" {
 		s.Audit.PolicyFile = d.AuditPolicyFile

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -80,12 +79,6 @@ type stoppableCompactor interface {
 	Stop()
 }
 
-// uncachedDecorator is the code of upstream's UndecoratedStorage. The
-// storage factory's getter hands out that or StorageWithCacher(), whose
-// closure has no stable identity (the compiler copies it where it inlines
-// StorageWithCacher).
-var uncachedDecorator = reflect.ValueOf(generic.StorageDecorator(generic.UndecoratedStorage)).Pointer()
-
 // sharedClientsGetter is a RESTOptions getter whose storage uses the shared
 // clients.
 type sharedClientsGetter struct {
@@ -116,10 +109,33 @@ func (g sharedClientsGetter) GetRESTOptions(resource schema.GroupResource, examp
 	// progress notifications held the watch caches back. The watch hub that
 	// replaced it in pkg/datastore has no such limit; the split stays as
 	// upstream has it.)
-	if reflect.ValueOf(o.Decorator).Pointer() != uncachedDecorator {
+	cached, err := g.cachedByUpstream(resource)
+	if err != nil {
+		return generic.RESTOptions{}, err
+	}
+	if cached {
 		o.Decorator = g.clients.cachedDecorator()
 	}
 	return o, nil
+}
+
+// cachedByUpstream tells whether upstream's getter put the resource's storage
+// behind the watch cache, by the rule it applies
+// (StorageFactoryRestOptionsFactory.GetRESTOptions, k8s.io/apiserver
+// v0.37.2): with the watch cache on, every resource but one given a size of
+// 0 or less. (The decorator it returns does not say: StorageWithCacher is a
+// closure with no identity to compare.) TestCachedByUpstream checks the rule
+// against upstream's getter.
+func (g sharedClientsGetter) cachedByUpstream(resource schema.GroupResource) (bool, error) {
+	if !g.Options.EnableWatchCache {
+		return false, nil
+	}
+	sizes, err := serveroptions.ParseWatchCacheSizes(g.Options.WatchCacheSizes)
+	if err != nil {
+		return false, err
+	}
+	size, ok := sizes[resource]
+	return !ok || size > 0, nil
 }
 
 // cachedDecorator is upstream's StorageWithCacher on a shared client.

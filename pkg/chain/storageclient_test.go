@@ -163,7 +163,7 @@ func testSharedStorageClients(t *testing.T, inProcess bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reflect.ValueOf(o.Decorator).Pointer() != uncachedDecorator {
+	if !isUndecorated(o.Decorator) {
 		t.Error("uncached storage was given the shared client")
 	}
 
@@ -177,4 +177,52 @@ type fixedGetter struct{}
 
 func (fixedGetter) GetRESTOptions(schema.GroupResource, runtime.Object) (generic.RESTOptions, error) {
 	return generic.RESTOptions{}, nil
+}
+
+// isUndecorated tells upstream's UndecoratedStorage by its code pointer, the
+// one decorator upstream's getter hands out that has a stable identity.
+func isUndecorated(d generic.StorageDecorator) bool {
+	return reflect.ValueOf(d).Pointer() == reflect.ValueOf(generic.StorageDecorator(generic.UndecoratedStorage)).Pointer()
+}
+
+// TestCachedByUpstream checks cachedByUpstream's copy of upstream's rule
+// against upstream's getter itself, for every case the rule has: it fails
+// when upstream decides differently (then follow it in cachedByUpstream).
+func TestCachedByUpstream(t *testing.T) {
+	configmaps := schema.GroupResource{Resource: "configmaps"}
+	for _, tc := range []struct {
+		name       string
+		watchCache bool
+		sizes      []string
+	}{
+		{"watch cache off", false, nil},
+		{"watch cache on", true, nil},
+		{"size 0 turns it off", true, []string{"configmaps#0"}},
+		{"a positive size is ignored", true, []string{"configmaps#100"}},
+		{"another resource's size", true, []string{"secrets#0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			etcd := serveroptions.NewEtcdOptions(storagebackend.NewDefaultConfig("/registry", nil))
+			etcd.StorageConfig.Transport.ServerList = []string{"unix:///nonexistent"} // never dialled
+			etcd.EnableWatchCache = tc.watchCache
+			etcd.WatchCacheSizes = tc.sizes
+			storageFactory, err := kubeapiserver.NewStorageFactoryConfig().Complete(etcd).New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			upstream := &serveroptions.StorageFactoryRestOptionsFactory{Options: *etcd, StorageFactory: storageFactory}
+			o, err := upstream.GetRESTOptions(configmaps, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantCached := !isUndecorated(o.Decorator)
+			got, err := sharedClientsGetter{StorageFactoryRestOptionsFactory: upstream}.cachedByUpstream(configmaps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != wantCached {
+				t.Fatalf("cachedByUpstream = %v, upstream's getter cached = %v", got, wantCached)
+			}
+		})
+	}
 }

@@ -27,8 +27,6 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-var datastoreCases = []string{"sqlite", "etcd"}
-
 // TestControlPlane drives a real edgeplane binary on each datastore the way a
 // user would: client-go for every kind of resource, kubectl for discovery and
 // apply, then a restart on the same data dir.

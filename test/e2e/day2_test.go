@@ -5,7 +5,6 @@ import (
 	"context"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -214,32 +213,6 @@ func TestDay2Operations(t *testing.T) {
 			})
 			s2.stop()
 		})
-	}
-}
-
-// cli runs `edgeplane args...` and checks its exit code.
-func cli(t *testing.T, wantCode int, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("edgeplane %v: %v", args, err)
-	}
-	if code != wantCode {
-		t.Fatalf("edgeplane %s: exit %d, want %d:\n%s", strings.Join(args, " "), code, wantCode, out)
-	}
-	return string(out)
-}
-
-// wantText fails unless out contains want.
-func wantText(t *testing.T, out, want string) {
-	t.Helper()
-	if !strings.Contains(out, want) {
-		t.Fatalf("output does not say %q:\n%s", want, tail(out))
 	}
 }
 

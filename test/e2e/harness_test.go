@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// binary is the edgeplane binary built once by TestMain, stamped like a release.
+// binary is the edgeplane binary built once by TestMain with a plain `go build`.
 var binary string
 
 func TestMain(m *testing.M) {
@@ -38,12 +38,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "edgeplane")
-	ldflags, err := exec.Command("../../hack/ldflags.sh", "e2e").Output()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "hack/ldflags.sh:", err)
-		os.Exit(1)
-	}
-	build := exec.Command("go", "build", "-ldflags", strings.TrimSpace(string(ldflags)), "-o", binary, "../../cmd/edgeplane")
+	// A plain `go build`, as a user without make builds it: no -ldflags
+	// stamps, so every test also checks that such a binary reports the
+	// Kubernetes version by itself (internal/kubeversion; TestUnstampedVersion).
+	build := exec.Command("go", "build", "-o", binary, "../../cmd/edgeplane")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -104,7 +102,12 @@ func command(dataDir string, args ...string) *exec.Cmd {
 // startServer starts edgeplane and waits until it logs that it is ready.
 func startServer(t *testing.T, dataDir string, args ...string) *server {
 	t.Helper()
-	s := launch(t, dataDir, args...)
+	return waitReady(t, launch(t, dataDir, args...))
+}
+
+// waitReady waits until s logs that it is ready and loads its kubeconfig.
+func waitReady(t *testing.T, s *server) *server {
+	t.Helper()
 	select {
 	case <-s.ready:
 	case <-s.exited:
@@ -124,8 +127,15 @@ func startServer(t *testing.T, dataDir string, args ...string) *server {
 // launch starts edgeplane without waiting; Stop is registered as cleanup.
 func launch(t *testing.T, dataDir string, args ...string) *server {
 	t.Helper()
+	return launchCmd(t, dataDir, command(dataDir, args...))
+}
+
+// launchCmd starts cmd, an edgeplane server on dataDir (command's, possibly
+// wrapped), without waiting; Stop is registered as cleanup.
+func launchCmd(t *testing.T, dataDir string, cmd *exec.Cmd) *server {
+	t.Helper()
 	s := &server{t: t, dataDir: dataDir, output: &syncBuffer{}, ready: make(chan struct{}), exited: make(chan struct{})}
-	s.cmd = command(dataDir, args...)
+	s.cmd = cmd
 	pr, pw := io.Pipe()
 	s.cmd.Stdout = s.output
 	s.cmd.Stderr = io.MultiWriter(s.output, pw)
@@ -231,5 +241,34 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 	})
 	if err != nil {
 		t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
+	}
+}
+
+// datastoreCases are the datastores the tests that run on each of them use.
+var datastoreCases = []string{"sqlite", "etcd"}
+
+// cli runs `edgeplane args...` and checks its exit code.
+func cli(t *testing.T, wantCode int, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("edgeplane %v: %v", args, err)
+	}
+	if code != wantCode {
+		t.Fatalf("edgeplane %s: exit %d, want %d:\n%s", strings.Join(args, " "), code, wantCode, out)
+	}
+	return string(out)
+}
+
+// wantText fails unless out contains want.
+func wantText(t *testing.T, out, want string) {
+	t.Helper()
+	if !strings.Contains(out, want) {
+		t.Fatalf("output does not say %q:\n%s", want, tail(out))
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/logfilter"
 	"github.com/edgeplane/edgeplane/pkg/bootstrap"
 	"github.com/edgeplane/edgeplane/pkg/sdnotify"
 )
@@ -42,12 +43,16 @@ func newServerCommand() *cobra.Command {
 }
 
 // readConfig loads the config file into the command's flags and logs which
-// files it read.
+// files it read. Then, with the verbosity final (the file may set it), the
+// long-running commands' default output (-v 0) is kept to edgeplane's own
+// lines and upstream's warnings and errors (internal/logfilter); other
+// commands, kubectl above all, whose -v is its own, log as upstream does.
 func readConfig(cmd *cobra.Command) error {
 	files, err := loadConfig(cmd)
 	if err != nil {
 		return err
 	}
+	logfilter.Install(os.Stderr)
 	if len(files) > 0 {
 		klog.InfoS("Read config", "files", files)
 	}

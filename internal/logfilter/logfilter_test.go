@@ -1,0 +1,133 @@
+package logfilter
+
+import (
+	"bytes"
+	"errors"
+	goflag "flag"
+	"strings"
+	"sync"
+	"testing"
+
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+func TestKeep(t *testing.T) {
+	const own, upstream = ownPrefix + "pkg/bootstrap.(*server).start", "k8s.io/apiserver/pkg/server.(*GenericAPIServer).InstallAPIGroups"
+	for _, tc := range []struct {
+		name, entry, caller string
+		want                bool
+	}{
+		{"own info", "I1203 12:00:00.000000 1 run.go:1] edgeplane ready in 2.1 s\n", own, true},
+		{"own warning", "W1203 12:00:00.000000 1 run.go:1] clock is behind\n", own, true},
+		{"own entry that looks like noise", "W1203 12:00:00.000000 1 x.go:1] Skipping API x/v1 because it has no resources.\n", own, true},
+		{"upstream info", "I1203 12:00:00.000000 1 shared_informer.go:1] Waiting for caches to sync\n", upstream, false},
+		{"upstream warning", "W1203 12:00:00.000000 1 x.go:1] Use tokens from the TokenRequest API\n", upstream, true},
+		{"upstream error", "E1203 12:00:00.000000 1 x.go:1] storage is gone\n", upstream, true},
+		{"upstream fatal", "F1203 12:00:00.000000 1 x.go:1] cannot go on\n", upstream, true},
+		{"upstream noise: skipped API", "W1203 12:00:00.000000 1 genericapiserver.go:798] Skipping API batch/v1beta1 because it has no resources.\n", upstream, false},
+		{"upstream noise: stale endpoints", "E1203 12:00:00.000000 1 controller.go:95] Found stale data, removed previous endpoints on kubernetes service, apiserver didn't exit successfully previously\n", upstream, false},
+		{"upstream noise: peer leases", "E1203 12:00:00.000000 1 peer_endpoint_lease.go:181] Unable to remove peer endpoint leases: StorageError: key not found, Code: 1\n", upstream, false},
+		{"unknown caller info", "I1203 12:00:00.000000 1 x.go:1] hello\n", "", false},
+		{"empty entry", "", upstream, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Keep([]byte(tc.entry), tc.caller); got != tc.want {
+				t.Errorf("Keep(%q, %q) = %v, want %v", tc.entry, tc.caller, got, tc.want)
+			}
+		})
+	}
+}
+
+// lockedBuffer is a klog output the test can read while klog writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestInstall runs the filter on klog itself: the entries come from this
+// package (edgeplane's code) and from real upstream functions that log.
+func TestInstall(t *testing.T) {
+	fs := flagSet()
+	for _, name := range []string{"v", "vmodule", "logtostderr", "one_output", "stderrthreshold"} {
+		old := fs.Lookup(name).Value.String()
+		t.Cleanup(func() { _ = fs.Set(name, old) })
+	}
+	t.Cleanup(func() { klog.SetOutput(nilWriter{}) })
+
+	t.Run("-v 1 leaves klog alone", func(t *testing.T) {
+		setFlag(t, fs, "v", "1")
+		if f := Install(&lockedBuffer{}); f != nil {
+			t.Fatal("Install at -v 1 returned a filter")
+		}
+		if got := fs.Lookup("logtostderr").Value.String(); got != "true" {
+			t.Fatalf("logtostderr = %s after Install at -v 1, want true", got)
+		}
+	})
+
+	t.Run("--vmodule leaves klog alone", func(t *testing.T) {
+		setFlag(t, fs, "v", "0")
+		setFlag(t, fs, "vmodule", "shared_informer=4")
+		defer setFlag(t, fs, "vmodule", "")
+		if f := Install(&lockedBuffer{}); f != nil {
+			t.Fatal("Install with a --vmodule returned a filter")
+		}
+	})
+
+	t.Run("-v 0 keeps edgeplane's lines and upstream's errors", func(t *testing.T) {
+		setFlag(t, fs, "v", "0")
+		out := &lockedBuffer{}
+		f := Install(out)
+		if f == nil {
+			t.Fatal("Install at -v 0 returned no filter")
+		}
+		klog.Info("own info line")
+		klog.Background().Info("own structured line", "key", "value")
+		klog.Warning("own warning line")
+		cache.WaitForNamedCacheSync("logfilter-test", make(chan struct{}), func() bool { return true })
+		utilruntime.HandleError(errors.New("upstream error line"))
+		klog.Flush()
+
+		got := out.String()
+		for _, want := range []string{"own info line", "own structured line", "own warning line", "upstream error line"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("output lacks %q:\n%s", want, got)
+			}
+		}
+		for _, unwanted := range []string{"Waiting for caches to sync", "Caches are synced"} {
+			if strings.Contains(got, unwanted) {
+				t.Errorf("output has upstream info %q:\n%s", unwanted, got)
+			}
+		}
+		if n := strings.Count(got, "\n"); n != 4 {
+			t.Errorf("%d lines written, want 4:\n%s", n, got)
+		}
+		if f.Dropped() != 2 {
+			t.Errorf("Dropped() = %d, want 2 (the two cache-sync lines)", f.Dropped())
+		}
+	})
+}
+
+func setFlag(t *testing.T, fs *goflag.FlagSet, name, value string) {
+	t.Helper()
+	if err := fs.Set(name, value); err != nil {
+		t.Fatalf("set %s=%s: %v", name, value, err)
+	}
+}
+
+type nilWriter struct{}
+
+func (nilWriter) Write(p []byte) (int, error) { return len(p), nil }
