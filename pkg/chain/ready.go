@@ -21,18 +21,25 @@ const (
 	slowCheck = 300 * time.Millisecond
 )
 
-var componentGlobalsOnce sync.Once
+// componentGlobals is the outcome of applying the process-wide settings:
+// they are applied once, and every later call gets the first call's error
+// too (a failed Set must not read as success the second time).
+var componentGlobals struct {
+	once sync.Once
+	err  error
+}
 
 // registerComponentGlobals applies the process-wide feature gates and
 // effective version once, as the kube-apiserver command does before Run.
 func registerComponentGlobals(opts *options.ServerRunOptions) error {
-	var err error
-	componentGlobalsOnce.Do(func() {
+	componentGlobals.once.Do(func() {
 		// In-process clients of the apiserver should not log its warnings.
 		rest.SetDefaultWarningHandler(rest.NoWarnings{})
-		err = opts.GenericServerRunOptions.ComponentGlobalsRegistry.Set()
+		if err := opts.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {
+			componentGlobals.err = fmt.Errorf("chain: applying the feature gates and emulated version: %w", err)
+		}
 	})
-	return err
+	return componentGlobals.err
 }
 
 // timeline records when each /readyz check first reported ok.
