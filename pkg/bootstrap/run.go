@@ -10,10 +10,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"github.com/edgeplane/edgeplane/internal/gcpacer"
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/chain"
@@ -246,7 +248,27 @@ func chainFiles(p *certs.PKI) chain.Files {
 	}
 }
 
-// copyKubeconfig writes the admin kubeconfig to the user's chosen path, atomically.
+// kubeconfigCopy keeps --write-kubeconfig a copy of the admin kubeconfig.
+// Start-up and the certificate renewer both write it: write serializes them,
+// so the copy ends with the newest content.
+type kubeconfigCopy struct {
+	src, dst string
+	mode     os.FileMode
+	mu       sync.Mutex
+}
+
+// write copies src to dst now; a nil copy (no --write-kubeconfig) does nothing.
+func (k *kubeconfigCopy) write() error {
+	if k == nil {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return copyKubeconfig(k.src, k.dst, k.mode)
+}
+
+// copyKubeconfig writes the admin kubeconfig to the user's chosen path,
+// atomically and durably, through a temp file of its own (internal/atomicfile).
 func copyKubeconfig(src, dst string, mode os.FileMode) error {
 	data, err := os.ReadFile(src)
 	if err != nil {
@@ -255,15 +277,14 @@ func copyKubeconfig(src, dst string, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return fmt.Errorf("--write-kubeconfig: %w", err)
 	}
-	tmp := dst + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
+	changed, err := atomicfile.Write(dst, data, mode)
+	if err != nil {
 		return fmt.Errorf("--write-kubeconfig: %w", err)
 	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return fmt.Errorf("--write-kubeconfig: %w", err)
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		return fmt.Errorf("--write-kubeconfig: %w", err)
+	if !changed { // the same content, perhaps with another mode
+		if err := os.Chmod(dst, mode); err != nil {
+			return fmt.Errorf("--write-kubeconfig: %w", err)
+		}
 	}
 	return nil
 }
