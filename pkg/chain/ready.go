@@ -84,7 +84,7 @@ func (t *timeline) slow() []Check {
 	return out
 }
 
-// Ready polls /readyz until it answers 200, logging the readiness checks
+// Ready polls /readyz (less Config.StartupChecks) until it answers 200, logging the readiness checks
 // (post-start hooks among them) that were slow to turn ok.
 func (s *Server) Ready(ctx context.Context) error {
 	s.mu.Lock()
@@ -103,8 +103,11 @@ func (s *Server) Ready(ctx context.Context) error {
 	var last string
 	for {
 		var status int
-		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true").
-			Do(ctx).StatusCode(&status).Raw()
+		req := client.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true")
+		for _, name := range s.cfg.StartupChecks {
+			req = req.Param("exclude", name)
+		}
+		body, err := req.Do(ctx).StatusCode(&status).Raw()
 		if len(body) > 0 {
 			tl.observe(string(body), time.Now())
 			last = string(body)
