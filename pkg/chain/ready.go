@@ -113,6 +113,7 @@ func (s *Server) Ready(ctx context.Context) error {
 			last = string(body)
 		}
 		if err == nil && status == 200 {
+			s.hooksOnce.Do(func() { close(s.hooksDone) })
 			for _, c := range tl.slow() {
 				logger.Info("Readiness check done", "check", c.Name, "after", c.After.Round(time.Millisecond))
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"time"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -36,7 +37,14 @@ type Server struct {
 	timeline *timeline
 
 	listenerOnce sync.Once
+	hooksOnce    sync.Once
+	hooksDone    chan struct{} // closed once Ready saw /readyz 200: every post-start hook has finished
 }
+
+// hookWait bounds how long Stop waits for the post-start hooks of a chain
+// that is not ready yet: upstream ends the process (klog.Fatal) when a hook
+// fails, and a hook whose context is cancelled fails.
+const hookWait = 10 * time.Second
 
 type serverState int
 
@@ -59,7 +67,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, done: make(chan struct{})}, nil
+	return &Server{cfg: cfg, done: make(chan struct{}), hooksDone: make(chan struct{})}, nil
 }
 
 // Name implements the bootstrap component contract.
@@ -250,6 +258,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		}
 		return nil
 	}
+	s.waitForHooks(ctx)
 	cancel()
 	select {
 	case <-s.done:
@@ -259,5 +268,22 @@ func (s *Server) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("chain: stop: %w", ctx.Err())
+	}
+}
+
+// waitForHooks waits, up to hookWait and ctx, for the post-start hooks of a
+// chain that has not been ready yet: cancelled, an upstream hook fails and
+// takes the process down (exit 255) instead of a clean stop. A SIGTERM
+// right after start-up waits ~1 s for them.
+func (s *Server) waitForHooks(ctx context.Context) {
+	select {
+	case <-s.hooksDone:
+		return
+	default:
+	}
+	wctx, cancel := context.WithTimeout(ctx, hookWait)
+	defer cancel()
+	if err := s.Ready(wctx); err != nil {
+		klog.FromContext(ctx).Info("Stopping the API server before its post-start hooks finished", "err", err.Error())
 	}
 }
