@@ -142,27 +142,7 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	if err := s.mgr.start(ctx, apiserver, stopTimeout); err != nil {
 		return nil, err
 	}
-	// The rest runs while /readyz still fails its start-up check: a client
-	// that sees 200 finds the tokens, the node settings and the kubeconfig.
-	if err := s.startControllers(ctx, o); err != nil {
-		return nil, err
-	}
-	if err := s.startDay2(ctx, o, port, storage); err != nil {
-		return nil, err
-	}
-	if err := s.startNodeJoin(ctx, o); err != nil { // cluster-info, kubeadm's ConfigMaps, the default node token
-		return nil, err
-	}
-	if err := etcdJoin.publish(ctx, pki); err != nil {
-		return nil, err
-	}
-	if err := s.publishNodeConfig(ctx, o); err != nil {
-		return nil, err
-	}
-	if err := s.startNode(ctx, o, port); err != nil {
-		return nil, err
-	}
-	if err := s.kubeconfig.write(); err != nil {
+	if err := s.startAfterChain(ctx, o, port, storage, etcdJoin); err != nil {
 		return nil, err
 	}
 	s.startup.open()
@@ -173,6 +153,26 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	logger.Info(fmt.Sprintf("edgeplane ready in %.1f s, kubeconfig at %s", time.Since(s.started).Seconds(), kubeconfig),
 		"datastore", o.Datastore, "address", address)
 	return s, nil
+}
+
+// startAfterChain runs the start-up steps that need the API server, in
+// order. They run while /readyz still fails its start-up check: a client
+// that sees 200 finds the tokens, the node settings and the kubeconfig.
+func (s *server) startAfterChain(ctx context.Context, o CompletedOptions, port int, storage datastore.ClientConfig, etcdJoin *etcdJoin) error {
+	for _, step := range []func() error{
+		func() error { return s.startControllers(ctx, o) },
+		func() error { return s.startDay2(ctx, o, port, storage) },
+		func() error { return s.startNodeJoin(ctx, o) }, // cluster-info, kubeadm's ConfigMaps, the default node token
+		func() error { return etcdJoin.publish(ctx, s.pki) },
+		func() error { return s.publishNodeConfig(ctx, o) },
+		func() error { return s.startNode(ctx, o, port) },
+		s.kubeconfig.write,
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startDatastore starts this server's datastore: the --datastore-endpoint
