@@ -101,7 +101,6 @@ func TestSIGTERMDuringStartup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e")
 	}
-	const within = 5 * time.Second
 	// buildBegun: the chain's build writes its authentication config first;
 	// the rest of the build takes seconds.
 	buildBegun := func(_ *server, dir string) bool {
@@ -112,14 +111,22 @@ func TestSIGTERMDuringStartup(t *testing.T) {
 	serving := func(s *server, _ string) bool {
 		return strings.Contains(s.output.String(), `"Serving" logger="edgeplane.apiserver"`)
 	}
+	// A build is abandoned at once. During the hooks the server waits for
+	// them (pkg/chain hookWait, 10 s at most; 0.7-1.7 s idle, 5.5 s measured
+	// at a load of 12 on 2 cores), then drains (~1 s).
+	const (
+		buildWithin = 5 * time.Second
+		hooksWithin = 15 * time.Second
+	)
 	for _, tc := range []struct {
 		name, datastore string
 		when            func(s *server, dir string) bool // SIGTERM once it is true
+		within          time.Duration
 	}{
-		{"sqlite during the build", "sqlite", buildBegun},
-		{"etcd during the build", "etcd", buildBegun},
-		{"sqlite during the post-start hooks", "sqlite", serving},
-		{"etcd during the post-start hooks", "etcd", serving},
+		{"sqlite during the build", "sqlite", buildBegun, buildWithin},
+		{"etcd during the build", "etcd", buildBegun, buildWithin},
+		{"sqlite during the post-start hooks", "sqlite", serving, hooksWithin},
+		{"etcd during the post-start hooks", "etcd", serving, hooksWithin},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -146,8 +153,8 @@ func TestSIGTERMDuringStartup(t *testing.T) {
 			took := time.Since(begin)
 			out := s.output.String()
 			t.Logf("exited %s after SIGTERM with code %d", took.Round(time.Millisecond), s.exitCode())
-			if took > within {
-				t.Errorf("exited %s after SIGTERM, want within %s", took.Round(time.Millisecond), within)
+			if took > tc.within {
+				t.Errorf("exited %s after SIGTERM, want within %s", took.Round(time.Millisecond), tc.within)
 			}
 			if s.exitCode() != 0 {
 				t.Errorf("exit code %d after SIGTERM during start-up, want 0:\n%s", s.exitCode(), tail(out))
