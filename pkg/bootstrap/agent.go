@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/pkg/agent"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
@@ -167,20 +168,22 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) error {
 		}
 	}
 
-	go func() {
-		if err := waitNodeReady(ctx, paths.Kubeconfig, o.Node.Name); err == nil {
+	nodeReady := background.NewTask("node-ready", func(taskCtx context.Context) {
+		if err := waitNodeReady(taskCtx, paths.Kubeconfig, o.Node.Name); err == nil {
 			logger.Info(fmt.Sprintf("edgeplane agent ready in %.1f s: node %s is Ready", time.Since(begin).Seconds(), o.Node.Name))
 			notify(ctx, sdnotify.Ready+"\nSTATUS=node "+o.Node.Name+" is Ready")
 		}
-	}()
-	select {
-	case <-ctx.Done():
-		logger.Info("Shutting down the agent")
-		notifyStopping(ctx)
-		return nil
-	case <-k.Done():
-		return fmt.Errorf("kubelet stopped unexpectedly: %v", k.Err())
+	})
+	if err := mgr.startBackground(ctx, nodeReady); err != nil {
+		return err
 	}
+	if ended := mgr.watch(ctx); ended != nil { // the kubelet
+		logger.Error(ended.Err, "A component stopped on its own: shutting down", "component", ended.Component)
+		return ended
+	}
+	logger.Info("Shutting down the agent")
+	notifyStopping(ctx)
+	return nil
 }
 
 // waitNodeReady polls the node's Ready condition with the node's own

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -22,6 +23,30 @@ type Component interface {
 	Ready(ctx context.Context) error
 	Stop(ctx context.Context) error
 }
+
+// Ender is a Component that can end on its own once started: a server whose
+// listener failed, a datastore member that stopped. Done is closed then and
+// Err says why. A Stop asked for need not close Done. The manager watches
+// every started Ender (manager.watch): one that ends takes the process down.
+type Ender interface {
+	Done() <-chan struct{}
+	Err() error
+}
+
+// ComponentEndedError says which component ended on its own, and why.
+type ComponentEndedError struct {
+	Component string
+	Err       error
+}
+
+func (e *ComponentEndedError) Error() string {
+	if e.Err == nil {
+		return e.Component + " stopped unexpectedly"
+	}
+	return e.Component + " stopped unexpectedly: " + e.Err.Error()
+}
+
+func (e *ComponentEndedError) Unwrap() error { return e.Err }
 
 // Phase is one entry of the start-up timeline.
 type Phase struct {
@@ -105,6 +130,41 @@ func (m *manager) startTogether(ctx context.Context, stopTimeout time.Duration, 
 		m.record(ctx, c.Name(), took[i])
 	}
 	return nil
+}
+
+// startBackground starts c, which has nothing to wait for, after start-up:
+// no phase in the timeline, stopped with the rest.
+func (m *manager) startBackground(ctx context.Context, c Component) error {
+	if err := c.Start(ctx); err != nil {
+		return fmt.Errorf("%s: %w", c.Name(), err)
+	}
+	m.started = append(m.started, c)
+	return nil
+}
+
+// watch blocks until ctx is done (nil) or a started component that is an
+// Ender ends on its own; it returns which one and why.
+func (m *manager) watch(ctx context.Context) *ComponentEndedError {
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}}
+	var enders []Component
+	for _, c := range m.started {
+		e, ok := c.(Ender)
+		if !ok {
+			continue
+		}
+		done := e.Done()
+		if done == nil {
+			continue
+		}
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(done)})
+		enders = append(enders, c)
+	}
+	i, _, _ := reflect.Select(cases)
+	if i == 0 {
+		return nil
+	}
+	c := enders[i-1]
+	return &ComponentEndedError{Component: c.Name(), Err: c.(Ender).Err()}
 }
 
 // record adds a phase to the timeline and logs it.

@@ -92,10 +92,8 @@ func (s *server) startDay2(ctx context.Context, o CompletedOptions, port int, st
 		}
 	}
 	renewer := certs.NewRenewer(certOptions(o, port), 0, func(ctx context.Context, _ []string) {
-		if o.WriteKubeconfig == "" {
-			return
-		}
-		if err := copyKubeconfig(s.pki.AdminKubeconfig, o.WriteKubeconfig, o.KubeconfigMode); err != nil {
+		// The same writer as start-up's, which may not have written yet.
+		if err := s.kubeconfig.write(); err != nil {
 			klog.FromContext(ctx).Error(err, "Updating --write-kubeconfig after a renewal")
 		}
 	})

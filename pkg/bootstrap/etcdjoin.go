@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -93,8 +92,10 @@ func (s *server) prepareEtcdJoin(ctx context.Context, o CompletedOptions) (*etcd
 	return j, nil
 }
 
-// fetchBootstrap retries join.Fetch while the server refuses or cannot be
-// reached; a token that decrypts to another CA fails at once.
+// fetchBootstrap retries join.Fetch while the server refuses the token (it
+// may not have reached the authenticator yet) or cannot be reached; any
+// other error (a token that decrypts to another CA, a server that does not
+// speak TLS) fails at once.
 func fetchBootstrap(ctx context.Context, serverURL string, t join.Token) (*join.Fetched, error) {
 	var (
 		f       *join.Fetched
@@ -107,8 +108,7 @@ func fetchBootstrap(ctx context.Context, serverURL string, t join.Token) (*join.
 			return true, nil
 		}
 		lastErr = err
-		var ne net.Error
-		if errors.As(err, &ne) || isRefused(err) {
+		if errors.Is(err, join.ErrUnavailable) || errors.Is(err, join.ErrTokenRefused) {
 			klog.FromContext(ctx).V(2).Info("Bootstrap data not available yet", "err", err)
 			return false, nil
 		}
@@ -121,11 +121,6 @@ func fetchBootstrap(ctx context.Context, serverURL string, t join.Token) (*join.
 		return nil, err
 	}
 	return f, nil
-}
-
-func isRefused(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "refused the token") || strings.Contains(msg, "connection refused")
 }
 
 // datastoreCluster is the datastore's view; nil without an etcd cluster.

@@ -89,7 +89,6 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 			return err
 		}
 	}
-	s.kubelet = k
 	logger.Info("This server is a node too", "node", o.Node.Name, "runtime", rt.Name+" "+rt.Version,
 		"duration", time.Since(begin).Round(time.Millisecond))
 	return nil

@@ -1,8 +1,10 @@
 package bootstrap
 
 import (
+	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apiserver/pkg/server/healthz"
 )
@@ -63,3 +65,30 @@ func readyzChecks(checks map[string]*componentCheck) []healthz.HealthChecker {
 	}
 	return out
 }
+
+// startupGate is the /readyz check that fails until start-up is complete:
+// the chain is ready before the controllers, the node tokens, the node
+// settings and --write-kubeconfig, and a client that sees /readyz 200 must
+// find them. The chain's own readiness wait leaves it out
+// (chain.Config.StartupChecks).
+type startupGate struct {
+	opened atomic.Bool
+}
+
+var _ healthz.HealthChecker = (*startupGate)(nil)
+
+func newStartupGate() *startupGate { return &startupGate{} }
+
+func (g *startupGate) Name() string { return "edgeplane-startup" }
+
+func (g *startupGate) Check(*http.Request) error {
+	if g.opened.Load() {
+		return nil
+	}
+	return errStartupNotDone
+}
+
+// open makes the check pass from now on.
+func (g *startupGate) open() { g.opened.Store(true) }
+
+var errStartupNotDone = errors.New("start-up not finished")

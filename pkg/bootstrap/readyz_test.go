@@ -41,3 +41,23 @@ func TestComponentChecksFollowDisable(t *testing.T) {
 		}
 	}
 }
+
+// TestStartupGate: the start-up check fails until opened, then passes.
+func TestStartupGate(t *testing.T) {
+	g := newStartupGate()
+	for _, step := range []struct {
+		open bool
+		want error
+	}{
+		{false, errStartupNotDone},
+		{true, nil},
+		{false, nil}, // stays open
+	} {
+		if step.open {
+			g.open()
+		}
+		if got := g.Check(nil); got != step.want {
+			t.Errorf("after open=%v: Check = %v, want %v", step.open, got, step.want)
+		}
+	}
+}

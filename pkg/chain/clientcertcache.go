@@ -4,11 +4,13 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
 )
 
 // clientCertCache remembers who a client certificate authenticated as.
@@ -25,9 +27,10 @@ import (
 // authenticator decides: exactly one certificate, no Authorization header
 // and no front-proxy user header (the front-proxy authenticator runs first),
 // and it stores only answers for certificates it has verified itself against
-// the client CA bundle. An answer expires after clientCertCacheTTL, when the
-// certificate or its CA expires, and when the bundle is reloaded (the
-// provider's verify options change). A certificate cannot be revoked in
+// the client CA bundle. Each request gets its own copy of the answer. An
+// answer expires after clientCertCacheTTL, when the certificate or its CA
+// expires, and when the bundle is reloaded (the provider's verify options
+// change). A certificate cannot be revoked in
 // Kubernetes, so within those bounds the answer cannot change.
 type clientCertCache struct {
 	next          authenticator.Request
@@ -77,7 +80,7 @@ func (c *clientCertCache) AuthenticateRequest(req *http.Request) (*authenticator
 	c.mu.Unlock()
 	if found && a.roots == opts.Roots && now.Before(a.expires) && !now.Before(leaf.NotBefore) {
 		c.hits.Add(1)
-		return a.resp, true, nil
+		return cloneResponse(a.resp), true, nil
 	}
 
 	c.misses.Add(1)
@@ -103,9 +106,38 @@ func (c *clientCertCache) AuthenticateRequest(req *http.Request) (*authenticator
 	if len(c.entries) >= clientCertCacheMax {
 		clear(c.entries)
 	}
-	c.entries[key] = certAnswer{resp: resp, roots: opts.Roots, expires: expires}
+	// A copy: the caller owns resp and may change it in place.
+	c.entries[key] = certAnswer{resp: cloneResponse(resp), roots: opts.Roots, expires: expires}
 	c.mu.Unlock()
 	return resp, ok, err
+}
+
+// cloneResponse copies r deeply, so that a request's handlers or an
+// authenticator wrapped around the cache may change what they got in place
+// (append a group, set an extra) without changing the remembered answer or
+// another request's.
+func cloneResponse(r *authenticator.Response) *authenticator.Response {
+	if r == nil {
+		return nil
+	}
+	out := &authenticator.Response{Audiences: slices.Clone(r.Audiences)}
+	if r.User == nil {
+		return out
+	}
+	var extra map[string][]string
+	if e := r.User.GetExtra(); e != nil {
+		extra = make(map[string][]string, len(e))
+		for k, v := range e {
+			extra[k] = slices.Clone(v)
+		}
+	}
+	out.User = &user.DefaultInfo{
+		Name:   r.User.GetName(),
+		UID:    r.User.GetUID(),
+		Groups: slices.Clone(r.User.GetGroups()),
+		Extra:  extra,
+	}
+	return out
 }
 
 // decidedByCert says whether the x509 authenticator alone decides req:

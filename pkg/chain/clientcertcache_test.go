@@ -13,10 +13,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/group"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
 	"k8s.io/apiserver/pkg/authentication/request/union"
@@ -204,4 +206,89 @@ func TestClientCertCacheExpiry(t *testing.T) {
 			t.Errorf("at %v (certificate expires %v): %d hits, want %d", at.now, notAfter, got, at.wantHits)
 		}
 	}
+}
+
+// TestClientCertCacheCopies: a caller that changes the answer it got in
+// place (a wrapper appending a group, a handler setting an extra) changes
+// neither the remembered answer nor what the next request with the same
+// certificate gets.
+func TestClientCertCacheCopies(t *testing.T) {
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "client-ca.crt")
+	ca := newTestCA(t, "client-ca")
+	ca.writePEM(t, caFile)
+	provider, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca-bundle", caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := group.NewAuthenticatedGroupAdder(x509request.NewDynamic(provider.VerifyOptions, x509request.CommonNameUserConversion))
+	cache := newClientCertCache(upstream, provider.VerifyOptions, nil)
+	req, _ := http.NewRequest(http.MethodGet, "https://127.0.0.1/api", nil)
+	req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{ca.issue(t, "alice", time.Now().Add(time.Hour))}}
+
+	mutations := []struct {
+		name   string
+		mutate func(*authenticator.Response)
+	}{
+		{"overwrite a group", func(r *authenticator.Response) { r.User.GetGroups()[0] = user.SystemPrivilegedGroup }},
+		{"append a group", func(r *authenticator.Response) {
+			u := r.User.(*user.DefaultInfo)
+			u.Groups = append(u.Groups, user.SystemPrivilegedGroup)
+		}},
+		{"rename the user", func(r *authenticator.Response) { r.User.(*user.DefaultInfo).Name = "admin" }},
+		{"set an extra", func(r *authenticator.Response) {
+			u := r.User.(*user.DefaultInfo)
+			if u.Extra == nil {
+				u.Extra = map[string][]string{}
+			}
+			u.Extra["scopes"] = []string{"everything"}
+		}},
+		{"set audiences", func(r *authenticator.Response) { r.Audiences = append(r.Audiences, "other") }},
+		{"replace the user", func(r *authenticator.Response) { r.User = &user.DefaultInfo{Name: "root"} }},
+	}
+	// The first request is a miss; every later one a hit. Each mutates
+	// what it got; the next must see the first answer unchanged.
+	var first answerSnapshot
+	for i, m := range mutations {
+		resp, ok, err := cache.AuthenticateRequest(req)
+		if err != nil || !ok {
+			t.Fatalf("before %q: authenticate: %v, %v", m.name, ok, err)
+		}
+		if got := cache.hits.Load(); got != int64(i) {
+			t.Fatalf("before %q: %d hits, want %d", m.name, got, i)
+		}
+		if i == 0 {
+			first = snapshot(resp)
+			if first.name != "alice" || !slices.Contains(first.groups, "team") {
+				t.Fatalf("first answer is %+v, want alice in group team", first)
+			}
+		} else if got := snapshot(resp); !reflect.DeepEqual(got, first) {
+			t.Errorf("before %q: got %+v, want the first answer %+v", m.name, got, first)
+		}
+		m.mutate(resp)
+	}
+	resp, ok, err := cache.AuthenticateRequest(req)
+	if err != nil || !ok {
+		t.Fatalf("after the mutations: authenticate: %v, %v", ok, err)
+	}
+	if got := snapshot(resp); !reflect.DeepEqual(got, first) {
+		t.Errorf("after every mutation: got %+v, want the first answer %+v", got, first)
+	}
+}
+
+// answerSnapshot is what an answer says, copied out of it.
+type answerSnapshot struct {
+	name, uid string
+	groups    []string
+	extra     map[string][]string
+	audiences []string
+}
+
+func snapshot(r *authenticator.Response) answerSnapshot {
+	s := answerSnapshot{name: r.User.GetName(), uid: r.User.GetUID(),
+		groups: slices.Clone(r.User.GetGroups()), audiences: slices.Clone(r.Audiences), extra: map[string][]string{}}
+	for k, v := range r.User.GetExtra() {
+		s.extra[k] = slices.Clone(v)
+	}
+	return s
 }

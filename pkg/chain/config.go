@@ -62,6 +62,10 @@ type Config struct {
 	CompactionInterval time.Duration
 	// ReadyzChecks are extra /readyz checks, such as the in-process controllers'.
 	ReadyzChecks []healthz.HealthChecker
+	// StartupChecks name ReadyzChecks that pass only once the caller's own
+	// start-up, after the chain's, is complete. Ready leaves them out (with
+	// /readyz?exclude=), so that it can report the chain ready before they pass.
+	StartupChecks []string
 	// InformerResync is the loopback informers' resync period (default 12h).
 	InformerResync time.Duration
 	// Tuning holds the resource profile's API server settings (optional).

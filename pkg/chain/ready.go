@@ -21,18 +21,25 @@ const (
 	slowCheck = 300 * time.Millisecond
 )
 
-var componentGlobalsOnce sync.Once
+// componentGlobals is the outcome of applying the process-wide settings:
+// they are applied once, and every later call gets the first call's error
+// too (a failed Set must not read as success the second time).
+var componentGlobals struct {
+	once sync.Once
+	err  error
+}
 
 // registerComponentGlobals applies the process-wide feature gates and
 // effective version once, as the kube-apiserver command does before Run.
 func registerComponentGlobals(opts *options.ServerRunOptions) error {
-	var err error
-	componentGlobalsOnce.Do(func() {
+	componentGlobals.once.Do(func() {
 		// In-process clients of the apiserver should not log its warnings.
 		rest.SetDefaultWarningHandler(rest.NoWarnings{})
-		err = opts.GenericServerRunOptions.ComponentGlobalsRegistry.Set()
+		if err := opts.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {
+			componentGlobals.err = fmt.Errorf("chain: applying the feature gates and emulated version: %w", err)
+		}
 	})
-	return err
+	return componentGlobals.err
 }
 
 // timeline records when each /readyz check first reported ok.
@@ -77,7 +84,7 @@ func (t *timeline) slow() []Check {
 	return out
 }
 
-// Ready polls /readyz until it answers 200, logging the readiness checks
+// Ready polls /readyz (less Config.StartupChecks) until it answers 200, logging the readiness checks
 // (post-start hooks among them) that were slow to turn ok.
 func (s *Server) Ready(ctx context.Context) error {
 	s.mu.Lock()
@@ -96,13 +103,17 @@ func (s *Server) Ready(ctx context.Context) error {
 	var last string
 	for {
 		var status int
-		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true").
-			Do(ctx).StatusCode(&status).Raw()
+		req := client.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true")
+		for _, name := range s.cfg.StartupChecks {
+			req = req.Param("exclude", name)
+		}
+		body, err := req.Do(ctx).StatusCode(&status).Raw()
 		if len(body) > 0 {
 			tl.observe(string(body), time.Now())
 			last = string(body)
 		}
 		if err == nil && status == 200 {
+			s.hooksOnce.Do(func() { close(s.hooksDone) })
 			for _, c := range tl.slow() {
 				logger.Info("Readiness check done", "check", c.Name, "after", c.After.Round(time.Millisecond))
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"time"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -20,18 +21,39 @@ import (
 //	New -> Start -> Ready -> Stop
 //	        |                 ^
 //	        +-----------------+  (Stop is valid in any state and idempotent)
+//
+// Start builds the chain (seconds of CPU) without holding the lock: a Stop
+// or a cancelled start-up context during the build makes Start return at
+// once; the abandoned build then releases the listener when it returns.
 type Server struct {
 	cfg Config
 
 	mu       sync.Mutex
-	started  bool
-	cancel   context.CancelFunc // ends the chain's run context; set by Start
-	done     chan struct{}      // closed when the chain's Run returns
+	state    serverState
+	cancel   context.CancelFunc // ends the chain's run context and a build in progress; set by Start
+	done     chan struct{}      // closed when the chain's Run returns, or when a start failed or was abandoned
 	runErr   error              // what Run returned; read after done is closed
 	loopback *rest.Config
 	timeline *timeline
-	stopOnce sync.Once
+
+	listenerOnce sync.Once
+	hooksOnce    sync.Once
+	hooksDone    chan struct{} // closed once Ready saw /readyz 200: every post-start hook has finished
 }
+
+// hookWait bounds how long Stop waits for the post-start hooks of a chain
+// that is not ready yet: upstream ends the process (klog.Fatal) when a hook
+// fails, and a hook whose context is cancelled fails.
+const hookWait = 10 * time.Second
+
+type serverState int
+
+const (
+	stateNew      serverState = iota
+	stateStarting             // building
+	stateRunning              // Run called
+	stateStopped              // stopped before it ran, or its start failed or was abandoned
+)
 
 // New checks the configuration. The heavy work (building storage, admission,
 // authentication) happens in Start, once the datastore is up.
@@ -45,7 +67,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, done: make(chan struct{})}, nil
+	return &Server{cfg: cfg, done: make(chan struct{}), hooksDone: make(chan struct{})}, nil
 }
 
 // Name implements the bootstrap component contract.
@@ -53,30 +75,80 @@ func (s *Server) Name() string { return "apiserver" }
 
 // Start builds the three servers and starts serving. It returns once the
 // listener is live; Ready reports when every post-start hook has finished.
+// When ctx is cancelled or Stop is called during the build, it returns at
+// once with an error.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return errors.New("chain: already started")
+	if s.state != stateNew {
+		s.mu.Unlock()
+		return errors.New("chain: already started or stopped")
 	}
 	logger := klog.FromContext(ctx).WithName("apiserver")
-	// The run context outlives the start-up context: it ends only on Stop.
+	// The run context outlives the start-up context: it ends only on Stop,
+	// or during the build when start-up is cancelled.
 	runCtx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
-	prepared, loopback, err := build(runCtx, &s.cfg)
-	if err != nil {
-		cancel()
-		// The listener was handed to us: release it so nothing leaks on a failed start.
-		_ = s.cfg.Listener.Close()
-		return err
+	s.state, s.cancel = stateStarting, cancel
+	s.mu.Unlock()
+
+	stopBuild := context.AfterFunc(ctx, cancel)
+	type result struct {
+		prepared runnable
+		loopback *rest.Config
+		err      error
 	}
-	s.started, s.cancel, s.loopback = true, cancel, loopback
+	built := make(chan result, 1)
+	go func() {
+		prepared, loopback, err := build(runCtx, &s.cfg)
+		built <- result{prepared, loopback, err}
+	}()
+	var r result
+	select {
+	case r = <-built:
+	case <-runCtx.Done():
+		r.err = errStartCancelled
+	}
+	stopBuild()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.err == nil && runCtx.Err() != nil { // built, but stopped meanwhile
+		r.err = errStartCancelled
+	}
+	if r.err != nil {
+		cancel()
+		s.state, s.runErr = stateStopped, r.err
+		if errors.Is(r.err, errStartCancelled) {
+			// Do not wait for the build: it ends on its own, and is not run.
+			go func() {
+				<-built
+				s.closeListener()
+				close(s.done)
+			}()
+			why := errors.New("stopped")
+			if ctx.Err() != nil {
+				why = context.Cause(ctx)
+			}
+			return fmt.Errorf("%w: %w", r.err, why)
+		}
+		// The listener was handed to us: release it so nothing leaks on a failed start.
+		s.closeListener()
+		close(s.done)
+		return r.err
+	}
+	s.state, s.loopback = stateRunning, r.loopback
 	s.timeline = newTimeline()
 	go func() {
 		defer close(s.done)
-		s.runErr = prepared.Run(runCtx)
+		s.runErr = r.prepared.Run(runCtx)
 	}()
 	logger.V(1).Info("Serving", "address", s.cfg.Listener.Addr().String())
 	return nil
+}
+
+var errStartCancelled = errors.New("chain: start-up cancelled")
+
+func (s *Server) closeListener() {
+	s.listenerOnce.Do(func() { _ = s.cfg.Listener.Close() })
 }
 
 // build turns our Config into a prepared upstream aggregator chain.
@@ -166,16 +238,28 @@ func (s *Server) Err() error {
 }
 
 // Stop stops accepting connections, drains in-flight requests and watches,
-// and waits for the chain to return, bounded by ctx.
+// and waits for the chain to return, bounded by ctx. During Start's build it
+// cancels the build and returns at once: Start then returns an error, and
+// the listener is closed when the abandoned build returns.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	started, cancel := s.started, s.cancel
+	state, cancel := s.state, s.cancel
+	if state == stateNew {
+		s.state = stateStopped
+	}
 	s.mu.Unlock()
-	if !started {
-		s.stopOnce.Do(func() { _ = s.cfg.Listener.Close() })
+	switch state {
+	case stateNew:
+		s.closeListener()
+		return nil
+	case stateStarting, stateStopped:
+		if cancel != nil {
+			cancel()
+		}
 		return nil
 	}
-	s.stopOnce.Do(cancel)
+	s.waitForHooks(ctx)
+	cancel()
 	select {
 	case <-s.done:
 		if s.runErr != nil && !errors.Is(s.runErr, context.Canceled) {
@@ -184,5 +268,22 @@ func (s *Server) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("chain: stop: %w", ctx.Err())
+	}
+}
+
+// waitForHooks waits, up to hookWait and ctx, for the post-start hooks of a
+// chain that has not been ready yet: cancelled, an upstream hook fails and
+// takes the process down (exit 255) instead of a clean stop. A SIGTERM
+// right after start-up waits ~1 s for them.
+func (s *Server) waitForHooks(ctx context.Context) {
+	select {
+	case <-s.hooksDone:
+		return
+	default:
+	}
+	wctx, cancel := context.WithTimeout(ctx, hookWait)
+	defer cancel()
+	if err := s.Ready(wctx); err != nil {
+		klog.FromContext(ctx).Info("Stopping the API server before its post-start hooks finished", "err", err.Error())
 	}
 }

@@ -109,10 +109,19 @@ func (s *etcdStore) Start(ctx context.Context) error {
 				continue
 			}
 			lg.Error(err, "Embedded etcd failed")
-			run.failOnce.Do(func() {
-				run.failErr = fmt.Errorf("datastore: etcd: %w", err)
-				close(run.failed)
-			})
+			run.fail(fmt.Errorf("datastore: etcd: %w", err))
+		}
+	}()
+	go func() {
+		// The member can stop without an error on Err(): a fatal raft or
+		// storage problem, or a stop from inside (InjectFault).
+		select {
+		case <-e.Server.StopNotify():
+			if !run.stopping.Load() {
+				lg.Error(nil, "Embedded etcd stopped on its own")
+				run.fail(errors.New("datastore: etcd: the member stopped"))
+			}
+		case <-run.closed:
 		}
 	}()
 	s.run = run
@@ -211,6 +220,53 @@ func (s *etcdStore) Ready(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("datastore: etcd not ready: %w", context.Cause(ctx))
 	}
+}
+
+// fail records the first reason the member ended on its own.
+func (r *etcdRun) fail(err error) {
+	r.failOnce.Do(func() {
+		r.failErr = err
+		close(r.failed)
+	})
+}
+
+// Done is closed when the member, once started, fails or stops on its own;
+// Err says why. Stop does not close it. Before Start it is nil.
+func (s *etcdStore) Done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run == nil {
+		return nil
+	}
+	return s.run.failed
+}
+
+// Err is why the member ended, once Done is closed.
+func (s *etcdStore) Err() error {
+	s.mu.Lock()
+	run := s.run
+	s.mu.Unlock()
+	if run == nil {
+		return nil
+	}
+	select {
+	case <-run.failed:
+		return run.failErr
+	default:
+		return nil
+	}
+}
+
+// breakServing stops the member under the running server (InjectFault).
+func (s *etcdStore) breakServing() error {
+	s.mu.Lock()
+	run := s.run
+	s.mu.Unlock()
+	if run == nil {
+		return errors.New("datastore: etcd not started")
+	}
+	run.e.Server.Stop()
+	return nil
 }
 
 func (s *etcdStore) Stop(ctx context.Context) error {

@@ -43,6 +43,9 @@ type kineServeConfig struct {
 	SocketPath     string         // unix socket to serve etcd3 gRPC on (created 0600)
 	NotifyInterval time.Duration  // watch progress notifications
 	ETCDVersion    string         // etcd version kine reports (the apiserver checks it)
+	// ServeFailed is called, once, when the gRPC server stops serving on
+	// its own (its listener failed), not when ctx stopped it.
+	ServeFailed func(error)
 }
 
 // serveKine starts kine's etcd3 gRPC bridge over the driver for
@@ -53,7 +56,7 @@ type kineServeConfig struct {
 // cancelled the gRPC server stops (gracefully, for up to two seconds), then
 // the driver, which closes the database; wg then reaches zero. On error
 // nothing is left running once wg reaches zero.
-func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (_ etcdServices, rerr error) {
+func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (_ etcdServices, _ net.Listener, rerr error) {
 	// The backend outlives ctx: it stops only after the gRPC server has.
 	bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
@@ -66,13 +69,13 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (_ 
 	backend, err := newKineBackend(bctx, wg, &dcfg)
 	if err != nil {
 		// Like kine, keep the endpoint (it may carry credentials) out of the error.
-		return etcdServices{}, fmt.Errorf("creating kine driver: %w", err)
+		return etcdServices{}, nil, fmt.Errorf("creating kine driver: %w", err)
 	}
 	if backend.Backend == nil {
-		return etcdServices{}, errors.New("kine driver has no local backend")
+		return etcdServices{}, nil, errors.New("kine driver has no local backend")
 	}
 	if err := backend.Start(bctx); err != nil {
-		return etcdServices{}, fmt.Errorf("starting kine backend: %w", err)
+		return etcdServices{}, nil, fmt.Errorf("starting kine backend: %w", err)
 	}
 
 	// Upstream etcd's gRPC limits and keepalives, as kine sets them.
@@ -106,14 +109,19 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (_ 
 
 	lis, err := listenUnix(ctx, cfg.SocketPath)
 	if err != nil {
-		return etcdServices{}, err
+		return etcdServices{}, nil, err
 	}
 
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if err := gs.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		// Serve returns nil once GracefulStop or Stop was called (below, on
+		// ctx); an error means the listener failed and nothing is served.
+		if err := gs.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) && ctx.Err() == nil {
 			logrus.Errorf("Kine gRPC server exited: %v", err)
+			if cfg.ServeFailed != nil {
+				cfg.ServeFailed(fmt.Errorf("kine stopped serving on %s: %w", cfg.SocketPath, err))
+			}
 		}
 	}()
 	go func() {
@@ -124,7 +132,7 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (_ 
 		timer.Stop()
 		bcancel()
 	}()
-	return etcdServices{kv: bridge, lease: bridge, watch: ws, cluster: bridge, maintenance: bridge}, nil
+	return etcdServices{kv: bridge, lease: bridge, watch: ws, cluster: bridge, maintenance: bridge}, lis, nil
 }
 
 // listenUnix listens on a unix socket at path, readable by the owner only.

@@ -66,7 +66,10 @@ type kineRun struct {
 	listened  chan struct{} // closed when endpoint.Listen returned; listenErr is then set
 	listenErr error
 	services  etcdServices  // what it serves, once listened without error
+	listener  net.Listener  // the socket it serves on, once listened without error
 	done      chan struct{} // closed when all kine goroutines exited and the database is closed
+
+	ended *ended // kine stopped serving on its own
 }
 
 func newKine(dbDir, syncMode string) (*kineStore, error) {
@@ -164,16 +167,17 @@ func (s *kineStore) Start(ctx context.Context) error {
 	// kine gets its own context, cancelled only by Stop: the datastore
 	// outlives the apiserver on shutdown.
 	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	run := &kineRun{cancel: cancel, listened: make(chan struct{}), done: make(chan struct{})}
+	run := &kineRun{cancel: cancel, listened: make(chan struct{}), done: make(chan struct{}), ended: newEnded()}
+	cfg.ServeFailed = func(err error) { run.ended.end(fmt.Errorf("datastore: %w", err)) }
 	s.run = run
 	go func() {
-		services, err := serveKine(kctx, wg, cfg)
+		services, lis, err := serveKine(kctx, wg, cfg)
 		if err != nil {
 			err = fmt.Errorf("datastore: starting kine on %s: %w", s.dbPath, err)
 			lg.Error(err, "Kine failed to start")
 			cancel()
 		}
-		run.listenErr, run.services = err, services
+		run.listenErr, run.services, run.listener = err, services, lis
 		close(run.listened)
 		// All wg.Add calls happen inside serveKine or while the counter is
 		// non-zero, so waiting here is safe. On cancel the gRPC server stops
@@ -206,6 +210,43 @@ func (s *kineStore) Ready(ctx context.Context) error {
 		return run.listenErr
 	}
 	return waitForGet(ctx, s.Client(), run.done)
+}
+
+// Done is closed when kine, once started, stops serving on its own (its
+// socket failed); Err says why. Stop does not close it. Before Start it is
+// nil.
+func (s *kineStore) Done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run == nil {
+		return nil
+	}
+	return s.run.ended.done
+}
+
+// Err is why kine stopped serving, once Done is closed.
+func (s *kineStore) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run == nil {
+		return nil
+	}
+	return s.run.ended.get()
+}
+
+// breakServing closes kine's socket under it (InjectFault).
+func (s *kineStore) breakServing() error {
+	s.mu.Lock()
+	run := s.run
+	s.mu.Unlock()
+	if run == nil {
+		return errors.New("datastore: kine not started")
+	}
+	<-run.listened
+	if run.listener == nil {
+		return errors.New("datastore: kine is not serving")
+	}
+	return run.listener.Close()
 }
 
 func (s *kineStore) Stop(ctx context.Context) error {

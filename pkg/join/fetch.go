@@ -13,7 +13,19 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"syscall"
 	"time"
+)
+
+// Errors of Fetch that may pass with time, for a caller deciding whether to
+// try again (errors.Is). Every other error of Fetch is final.
+var (
+	// ErrTokenRefused: the server answered 401 or 403. Its token may not
+	// have reached the authenticator yet, or it is another cluster's.
+	ErrTokenRefused = errors.New("refused the token")
+	// ErrUnavailable: the server could not be reached (connection refused
+	// or reset, a timeout) or answered that it cannot serve now (429, 5xx).
+	ErrUnavailable = errors.New("server unavailable")
 )
 
 // Fetched is what a joining server gets from an existing one.
@@ -63,19 +75,21 @@ func Fetch(ctx context.Context, serverURL string, t Token) (*Fetched, error) {
 	req.Header.Set("Accept", "application/json")
 	resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fetching the cluster's bootstrap data from %s: %w", u.Host, err)
+		return nil, fmt.Errorf("fetching the cluster's bootstrap data from %s: %w", u.Host, transportError(err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
-		return nil, fmt.Errorf("fetching the cluster's bootstrap data from %s: %w", u.Host, err)
+		return nil, fmt.Errorf("fetching the cluster's bootstrap data from %s: %w", u.Host, transportError(err))
 	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return nil, fmt.Errorf("the server at %s refused the token (HTTP %d): it is not this cluster's token, or that server was not started with --cluster-init or --server", u.Host, resp.StatusCode)
+	switch code := resp.StatusCode; {
+	case code == http.StatusOK:
+	case code == http.StatusUnauthorized, code == http.StatusForbidden:
+		return nil, fmt.Errorf("the server at %s %w (HTTP %d): it is not this cluster's token, or that server was not started with --cluster-init or --server", u.Host, ErrTokenRefused, code)
+	case code == http.StatusTooManyRequests, code >= 500:
+		return nil, fmt.Errorf("fetching the cluster's bootstrap data from %s: %w: HTTP %d", u.Host, ErrUnavailable, code)
 	default:
-		return nil, fmt.Errorf("fetching the cluster's bootstrap data from %s: HTTP %d", u.Host, resp.StatusCode)
+		return nil, fmt.Errorf("fetching the cluster's bootstrap data from %s: HTTP %d", u.Host, code)
 	}
 	var secret struct {
 		Data map[string][]byte `json:"data"`
@@ -99,6 +113,21 @@ func Fetch(ctx context.Context, serverURL string, t Token) (*Fetched, error) {
 	}
 	t.CAHash = CAHash(ca)
 	return &Fetched{Data: data, EtcdEndpoints: splitURLs(string(secret.Data[keyEtcdEndpoints])), Token: t}, nil
+}
+
+// transportError marks err with ErrUnavailable when it may pass: nothing
+// listens yet, the connection was dropped, or it timed out. A TLS or
+// protocol error (not a TLS server, say) is left as it is: final.
+func transportError(err error) error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 // verifyServer checks that the presented chain leads to the CA in caPEM.

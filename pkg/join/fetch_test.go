@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -90,5 +91,51 @@ func TestBootstrapToken(t *testing.T) {
 	}
 	if strings.Trim(id+sec, tokenAlphabet) != "" {
 		t.Fatalf("token %s.%s has characters outside [a-z0-9]", id, sec)
+	}
+}
+
+// TestFetchErrorKinds: the errors a joining server may wait out are marked
+// ErrTokenRefused or ErrUnavailable; the others are final.
+func TestFetchErrorKinds(t *testing.T) {
+	status := func(code int) *httptest.Server {
+		srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, http.StatusText(code), code)
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	plain := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(plain.Close)
+	closed := httptest.NewTLSServer(http.NotFoundHandler())
+	closedURL := closed.URL
+	closed.Close()
+
+	tests := []struct {
+		name   string
+		server string
+		want   error // nil: neither sentinel
+	}{
+		{"401", status(http.StatusUnauthorized).URL, ErrTokenRefused},
+		{"403", status(http.StatusForbidden).URL, ErrTokenRefused},
+		{"503", status(http.StatusServiceUnavailable).URL, ErrUnavailable},
+		{"429", status(http.StatusTooManyRequests).URL, ErrUnavailable},
+		{"nothing listens", closedURL, ErrUnavailable},
+		{"404", status(http.StatusNotFound).URL, nil},
+		{"not a TLS server", "https://" + plain.Listener.Addr().String(), nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := Fetch(ctx, tc.server, Token{Secret: "0123456789abcdef-cluster"})
+			if err == nil {
+				t.Fatal("Fetch succeeded")
+			}
+			for _, sentinel := range []error{ErrTokenRefused, ErrUnavailable} {
+				if got := errors.Is(err, sentinel); got != (sentinel == tc.want) {
+					t.Errorf("errors.Is(%q, %q) = %v", err, sentinel, got)
+				}
+			}
+		})
 	}
 }
