@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgeplane/edgeplane/internal/testenv"
 	"github.com/edgeplane/edgeplane/pkg/join"
 )
 
@@ -32,9 +33,7 @@ func TestFetchBootstrapRetries(t *testing.T) {
 	}
 	plain := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(plain.Close)
-	closed := httptest.NewTLSServer(http.NotFoundHandler())
-	closedURL := closed.URL
-	closed.Close()
+	closedURL := "https://" + testenv.RefusingAddr(t)
 
 	refusedThenBad, refusedThenBadN := answers(http.StatusUnauthorized, http.StatusServiceUnavailable, http.StatusBadRequest)
 	tests := []struct {

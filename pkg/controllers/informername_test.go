@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"k8s.io/klog/v2"
 	cmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	cmoptions "k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
+
+	"github.com/edgeplane/edgeplane/internal/testenv"
 )
 
 // TestUpstreamInformerNameLeak is the canary of releaseLeakedInformerName's
@@ -24,12 +25,7 @@ func TestUpstreamInformerNameLeak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for upstream's 10 s API server timeout")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := l.Addr().String()
-	_ = l.Close()
+	closed := testenv.RefusingAddr(t)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	data := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://" + closed +
 		"\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: x\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"

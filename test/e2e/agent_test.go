@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	fakecri "k8s.io/cri-client/pkg/fake"
 
+	"github.com/edgeplane/edgeplane/internal/testenv"
 	"github.com/edgeplane/edgeplane/internal/testimage"
 )
 
@@ -304,12 +305,7 @@ func TestAgentJoin(t *testing.T) {
 	})
 
 	t.Run("an unreachable server is retried quietly", func(t *testing.T) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		closed := "https://" + l.Addr().String()
-		_ = l.Close()
+		closed := "https://" + testenv.RefusingAddr(t)
 		a := startAgent(t, "--server", closed, "--token", token, "--data-dir", agentDataDir(t), "--node-name", "agent-z",
 			"--container-runtime-endpoint", fakeRuntime(t))
 		eventually(t, 30*time.Second, "a retry log line", func(context.Context) (bool, error) {
