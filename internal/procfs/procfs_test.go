@@ -44,3 +44,25 @@ func TestSelf(t *testing.T) {
 		t.Fatal("RSS of pid -1 succeeded")
 	}
 }
+
+func TestReadIOSelf(t *testing.T) {
+	before, err := ReadIO(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.CreateTemp(t.TempDir(), "io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(make([]byte, 1<<16)); err != nil {
+		t.Fatal(err)
+	}
+	after, err := ReadIO(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.WChar-before.WChar < 1<<16 {
+		t.Errorf("wchar grew by %d after a 64 KiB write, want at least that", after.WChar-before.WChar)
+	}
+}

@@ -206,29 +206,11 @@ func (c ioCounters) add(o ioCounters) ioCounters {
 }
 
 func readIO(pid int) (ioCounters, error) {
-	var c ioCounters
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	io, err := procfs.ReadIO(pid)
 	if err != nil {
-		return c, err
+		return ioCounters{}, err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ": ")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "write_bytes":
-			c.WriteBytes = n
-		case "cancelled_write_bytes":
-			c.CancelledWriteBytes = n
-		case "wchar":
-			c.WChar = n
-		}
-	}
+	c := ioCounters{WriteBytes: io.WriteBytes, CancelledWriteBytes: io.CancelledWriteBytes, WChar: io.WChar}
 	c.CPU, err = procfs.CPUTime(pid)
 	return c, err
 }

@@ -14,8 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
@@ -23,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
 func main() {
@@ -98,14 +98,6 @@ func run(kubeconfig string, pid, n int, every, settle, flush time.Duration, dry 
 // writeBytes is write_bytes of /proc/<pid>/io: bytes the process caused to be
 // written to storage (a page counts when it turns dirty).
 func writeBytes(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "write_bytes: "); ok {
-			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no write_bytes in /proc/%d/io", pid)
+	io, err := procfs.ReadIO(pid)
+	return io.WriteBytes, err
 }
