@@ -47,3 +47,17 @@ func Write(path string, data []byte, mode os.FileMode) (changed bool, err error)
 	}
 	return true, nil
 }
+
+// Sync fsyncs a file or directory by path: what makes a file's content, or
+// a rename or creation in a directory, survive a power cut.
+func Sync(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
 )
 
 // sqlitePageSize is the page size of a database edgeplane creates. A commit
@@ -61,26 +63,14 @@ func createSQLite(ctx context.Context, path string) error {
 	if err := db.Close(); err != nil {
 		return fmt.Errorf("datastore: creating %s: %w", path, err)
 	}
-	if err := syncFile(tmp); err != nil {
+	if err := atomicfile.Sync(tmp); err != nil {
 		return fmt.Errorf("datastore: creating %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("datastore: creating %s: %w", path, err)
 	}
-	if err := syncFile(dir); err != nil {
+	if err := atomicfile.Sync(dir); err != nil {
 		return fmt.Errorf("datastore: creating %s: %w", path, err)
 	}
 	return nil
-}
-
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
