@@ -157,12 +157,18 @@ func TestCrashKillRestart(t *testing.T) {
 		t.Skip("kills and restarts the real server")
 	}
 	plan := crashPlanFromEnv(t)
+	perDatastore(t, func(t *testing.T, ds string) string { return crashKillRestart(t, plan, ds) })
+}
+
+// perDatastore runs cycles as a parallel subtest per datastore and logs
+// each one's summary line once all have ended.
+func perDatastore(t *testing.T, cycles func(t *testing.T, ds string) string) {
 	var mu sync.Mutex
 	var summaries []string
 	for _, ds := range datastoreCases {
 		t.Run(ds, func(t *testing.T) {
 			t.Parallel()
-			sum := crashKillRestart(t, plan, ds)
+			sum := cycles(t, ds)
 			mu.Lock()
 			summaries = append(summaries, sum)
 			mu.Unlock()

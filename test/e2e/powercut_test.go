@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,22 +61,7 @@ func TestPowerCut(t *testing.T) {
 	}
 	testenv.Require(t, "root and /dev/fuse (the power-cut filesystem mounts FUSE directly)", powercut.Available())
 	plan := powerCutPlan(t)
-	var mu sync.Mutex
-	var summaries []string
-	for _, ds := range datastoreCases {
-		t.Run(ds, func(t *testing.T) {
-			t.Parallel()
-			sum := powerCutCycles(t, plan, ds)
-			mu.Lock()
-			summaries = append(summaries, sum)
-			mu.Unlock()
-		})
-	}
-	t.Cleanup(func() {
-		for _, s := range summaries {
-			t.Log(s)
-		}
-	})
+	perDatastore(t, func(t *testing.T, ds string) string { return powerCutCycles(t, plan, ds) })
 }
 
 func powerCutCycles(t *testing.T, plan crashPlan, ds string) string {
