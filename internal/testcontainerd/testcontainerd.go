@@ -50,6 +50,12 @@ type Options struct {
 	// Images imports the busybox and pause test images (ImportTestImages)
 	// once containerd answers.
 	Images bool
+	// Netns is a network namespace (a name under /run/netns) to run
+	// containerd in, so that pods' bridges, routes and NAT rules are the
+	// test's own node's; empty means the caller's namespace. Only the
+	// network namespace changes (nsenter --net): containerd stays in the
+	// host's mount namespace, where the kubelet's volume mounts are.
+	Netns string
 }
 
 // Containerd is a running private containerd.
@@ -161,6 +167,9 @@ func Launch(dir, short string, opts Options) (*Containerd, error) {
 	}
 
 	c.cmd = exec.Command(Binary, "--config", config, "--log-level", "info")
+	if opts.Netns != "" {
+		c.cmd = exec.Command("nsenter", "--net=/run/netns/"+opts.Netns, "--", Binary, "--config", config, "--log-level", "info")
+	}
 	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
 	// Its own process group, so a test's Ctrl-C does not reach it first.
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
