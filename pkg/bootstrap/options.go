@@ -58,7 +58,7 @@ func NewOptions() *Options {
 		ServiceCIDR:         "10.43.0.0/16",
 		ClusterDomain:       "cluster.local",
 		WriteKubeconfigMode: "0600",
-		CompactionInterval:  15 * time.Minute,
+		CompactionInterval:  5 * time.Minute,
 		ClusterCIDR:         controllers.DefaultClusterCIDR,
 		AllocateNodeCIDRs:   true,
 		Profile:             ProfileAuto,

@@ -30,7 +30,7 @@ const defaultInformerResync = 12 * time.Hour
 //   - after the generic config is built, before the three servers' configs
 //     copy it: storage on shared datastore clients (storageclient.go) and the
 //     client certificate cache around the authenticator.
-func newConfig(opts options.CompletedOptions, resync time.Duration, inProcess datastore.InProcessClient) (*app.Config, error) {
+func newConfig(opts options.CompletedOptions, resync, compaction time.Duration, inProcess datastore.InProcessClient) (*app.Config, error) {
 	clientCert := opts.Authentication.ClientCert
 	clientCA, err := clientCert.GetClientCAContentProvider()
 	if err != nil {
@@ -39,7 +39,7 @@ func newConfig(opts options.CompletedOptions, resync time.Duration, inProcess da
 	clientCert.CAContentProvider = clientCA
 	usernameHeaders := opts.Authentication.RequestHeader.UsernameHeaders
 	return upstreamNewConfig(opts, resync, func(c *genericapiserver.Config) {
-		c.RESTOptionsGetter = shareStorageClients(c.RESTOptionsGetter, inProcess)
+		c.RESTOptionsGetter = shareStorageClients(c.RESTOptionsGetter, inProcess, compaction)
 		if clientCA != nil && c.Authentication.Authenticator != nil {
 			c.Authentication.Authenticator = newClientCertCache(c.Authentication.Authenticator, clientCA.VerifyOptions, usernameHeaders)
 		}

@@ -37,7 +37,8 @@ func buildOptions(c *Config, authnConfigFile string) (*options.ServerRunOptions,
 
 	// Storage: etcd3 protocol to the datastore (kine on a unix socket, or etcd over TLS).
 	s.Etcd.StorageConfig.Transport.ServerList = c.Storage.Endpoints
-	s.Etcd.StorageConfig.CompactionInterval = c.CompactionInterval
+	// Compaction is the quiet compactor's (compaction.go), not upstream's.
+	s.Etcd.StorageConfig.CompactionInterval = 0
 	s.Etcd.StorageConfig.Transport.TrustedCAFile = c.Storage.CAFile
 	s.Etcd.StorageConfig.Transport.CertFile = c.Storage.CertFile
 	s.Etcd.StorageConfig.Transport.KeyFile = c.Storage.KeyFile

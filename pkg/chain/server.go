@@ -171,7 +171,7 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 	if errs := completed.Validate(); len(errs) != 0 {
 		return nil, nil, fmt.Errorf("chain: invalid options: %w", utilerrors.NewAggregate(errs))
 	}
-	config, err := newConfig(completed, c.InformerResync, c.Storage.InProcess)
+	config, err := newConfig(completed, c.InformerResync, c.CompactionInterval, c.Storage.InProcess)
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: build config: %w", err)
 	}

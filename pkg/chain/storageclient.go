@@ -60,6 +60,8 @@ const (
 type storageClients struct {
 	// inProcess, when set, makes the clients in-process ones.
 	inProcess datastore.InProcessClient
+	// compaction is the compaction interval (0: off).
+	compaction time.Duration
 
 	mu      sync.Mutex
 	clients map[string]*storageClient
@@ -68,12 +70,10 @@ type storageClients struct {
 type storageClient struct {
 	client    *kubernetes.Client
 	compactor stoppableCompactor // nil with compaction off
-	// compactorClient is the compactor's own client.
-	compactorClient *kubernetes.Client
-	refs            int
+	refs      int
 }
 
-// stoppableCompactor is what etcd3.StartCompactorPerEndpoint returns.
+// stoppableCompactor is a compactor the last user stops (quietCompactor).
 type stoppableCompactor interface {
 	etcd3.Compactor
 	Stop()
@@ -88,13 +88,16 @@ type sharedClientsGetter struct {
 
 // shareStorageClients wraps the storage factory's RESTOptions getter; any
 // other getter is returned as it is. With inProcess, the shared clients call
-// the datastore in this process.
-func shareStorageClients(g generic.RESTOptionsGetter, inProcess datastore.InProcessClient) generic.RESTOptionsGetter {
+// the datastore in this process. compaction is the compaction interval (0:
+// off): the storage config's own is 0, so that storage built on upstream's
+// factory (outside this getter) starts no compactor of upstream's beside
+// the quiet one (compaction.go).
+func shareStorageClients(g generic.RESTOptionsGetter, inProcess datastore.InProcessClient, compaction time.Duration) generic.RESTOptionsGetter {
 	f, ok := g.(*serveroptions.StorageFactoryRestOptionsFactory)
 	if !ok {
 		return g
 	}
-	return sharedClientsGetter{StorageFactoryRestOptionsFactory: f, clients: &storageClients{inProcess: inProcess, clients: map[string]*storageClient{}}}
+	return sharedClientsGetter{StorageFactoryRestOptionsFactory: f, clients: &storageClients{inProcess: inProcess, compaction: compaction, clients: map[string]*storageClient{}}}
 }
 
 func (g sharedClientsGetter) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
@@ -228,13 +231,19 @@ func (p *storageClients) acquire(c storagebackend.ConfigForResource) (*kubernete
 		// Latency metrics per request, as upstream decorates each client.
 		client.KV = etcd3.NewETCDLatencyTracker(client.KV)
 		sc = &storageClient{client: client}
-		if c.CompactionInterval > 0 {
+		if p.compaction > 0 {
 			// Its own client, as upstream's (see GetRESTOptions).
-			if sc.compactorClient, err = p.newClient(c.Transport); err != nil {
+			newClient := func() (*clientv3.Client, error) {
+				cc, err := p.newClient(c.Transport)
+				if err != nil {
+					return nil, err
+				}
+				return cc.Client, nil
+			}
+			if sc.compactor, err = startQuietCompactor(c.Transport.ServerList, newClient, p.compaction); err != nil {
 				_ = client.Close()
 				return nil, nil, nil, err
 			}
-			sc.compactor = etcd3.StartCompactorPerEndpoint(sc.compactorClient.Client, c.CompactionInterval)
 		}
 		p.clients[key] = sc
 		klog.V(2).InfoS("Storage shares one datastore client", "servers", c.Transport.ServerList, "inProcess", p.inProcess != nil)
@@ -247,7 +256,6 @@ func (p *storageClients) acquire(c storagebackend.ConfigForResource) (*kubernete
 		if sc.refs--; sc.refs == 0 {
 			if sc.compactor != nil {
 				sc.compactor.Stop()
-				_ = sc.compactorClient.Close()
 			}
 			_ = sc.client.Close()
 			delete(p.clients, key)

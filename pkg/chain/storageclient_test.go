@@ -64,7 +64,7 @@ func testSharedStorageClients(t *testing.T, inProcess bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	getter, ok := shareStorageClients(&serveroptions.StorageFactoryRestOptionsFactory{Options: *etcd, StorageFactory: storageFactory}, direct).(sharedClientsGetter)
+	getter, ok := shareStorageClients(&serveroptions.StorageFactoryRestOptionsFactory{Options: *etcd, StorageFactory: storageFactory}, direct, 0).(sharedClientsGetter)
 	if !ok {
 		t.Fatal("the storage factory's getter was not wrapped")
 	}
@@ -168,7 +168,7 @@ func testSharedStorageClients(t *testing.T, inProcess bool) {
 	}
 
 	other := generic.RESTOptionsGetter(fixedGetter{})
-	if shareStorageClients(other, nil) != other {
+	if shareStorageClients(other, nil, 0) != other {
 		t.Error("a getter other than the storage factory's was wrapped")
 	}
 }

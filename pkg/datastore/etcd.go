@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.etcd.io/etcd/server/v3/storage/wal"
 	"net"
 	"net/url"
 	"os"
@@ -87,6 +88,7 @@ func (s *etcdStore) Start(ctx context.Context) error {
 				return err
 			}
 		}
+		setWALSegmentSize()
 		e, err = embed.StartEtcd(cfg)
 		if err == nil || !isAddrInUse(err) {
 			break
@@ -136,12 +138,28 @@ func (s *etcdStore) Start(ctx context.Context) error {
 	return nil
 }
 
-// EtcdKeptFiles is how many WAL and snapshot files embedded etcd keeps. WAL
-// segments are 64 MB, preallocated: etcd's default of five kept files lets
-// member/wal reach ~384 MB on an SD card (docs/reliability/storage.md). Two
-// is enough to replay from the last snapshot, which is taken every
-// SnapshotCount writes.
+// EtcdKeptFiles is how many WAL and snapshot files embedded etcd keeps
+// beyond those it still needs: etcd never removes a WAL segment that holds
+// entries after its last snapshot (it keeps those locked), so this bounds
+// only the old ones (docs/reliability/storage.md).
 const EtcdKeptFiles = 2
+
+// EtcdWALSegmentBytes is the size of embedded etcd's WAL segments. etcd
+// preallocates each segment and the next one, at 64 MB each by default, so
+// an empty data dir took 123 MB of an SD card. A segment still holds any
+// entry: etcd cuts a new one after the write that crosses the size (and a
+// request is at most embed's MaxRequestBytes, 1.5 MiB). Crash safety does not depend on the size: every
+// entry is fsynced before etcd acknowledges it, and a cut fsyncs the
+// directory (TestCrashKillRestart, TestPowerCut).
+const EtcdWALSegmentBytes = 4 * 1000 * 1000
+
+var walSegmentOnce sync.Once
+
+// setWALSegmentSize sets etcd's WAL segment size, a variable of etcd's wal
+// package (it has no embed.Config field).
+func setWALSegmentSize() {
+	walSegmentOnce.Do(func() { wal.SegmentSizeBytes = EtcdWALSegmentBytes })
+}
 
 // config builds the embed config with fresh loopback ports.
 func (s *etcdStore) config(lg logr.Logger) (*embed.Config, error) {

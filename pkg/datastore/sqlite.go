@@ -150,7 +150,10 @@ func (s *kineStore) Start(ctx context.Context) error {
 			Endpoint: endpoint,
 			// kine's own CLI defaults; its zero values are refused.
 			CompactTimeout:   5 * time.Second,
-			CompactMinRetain: 1000,
+			// Compact to the revision the API server asks, as etcd does
+			// (kine's CLI keeps the newest 1000 whatever is asked, which
+			// keeps continue tokens alive past upstream's promise).
+			CompactMinRetain: 0,
 			CompactBatchSize: 1000,
 			PollBatchSize:    500,
 			PollInterval:     time.Second,

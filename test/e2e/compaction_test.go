@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestCompactionExpiresContinueTokens checks upstream's promise about list
+// chunking on both datastores (the conformance spec "should support
+// continue listing from the last key if the original version has been
+// compacted away"): a continue token gets 410 Gone within two compaction
+// intervals, plus up to the 15 s in which upstream's watch cache polls the
+// store's compaction revision (cacher's compactorPollPeriod: a continue
+// list is served from the cache's snapshots, which it drops only then). Then it checks that an idle server's compactions write
+// nothing: the datastore's revision stands still over three intervals.
+func TestCompactionExpiresContinueTokens(t *testing.T) {
+	const interval = 3 * time.Second
+	for _, ds := range datastoreCases {
+		t.Run(ds, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, t.TempDir(), "--datastore", ds, "--compaction-interval", interval.String())
+			ctx := context.Background()
+			cms := s.client.CoreV1().ConfigMaps("default")
+			for i := range 4 {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("chunk-%d", i)}}
+				if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, err := cms.List(ctx, metav1.ListOptions{Limit: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first.Continue == "" {
+				t.Fatalf("a list of 2 of 4 ConfigMaps has no continue token (%d items)", len(first.Items))
+			}
+			issued := time.Now()
+
+			// Two intervals, the watch cache's 15 s poll, and slack
+			// for a loaded host.
+			deadline := issued.Add(2*interval + 15*time.Second + 5*time.Second)
+			var expired time.Duration
+			for time.Now().Before(deadline) {
+				_, err := cms.List(ctx, metav1.ListOptions{Limit: 2, Continue: first.Continue})
+				if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+					expired = time.Since(issued)
+					break
+				}
+				if err != nil {
+					t.Fatalf("list with the continue token: %v", err)
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+			if expired == 0 {
+				t.Fatalf("the continue token still works %s after it was issued (--compaction-interval %s): upstream expires it within two intervals and its watch cache's 15 s poll", time.Since(issued).Round(time.Second), interval)
+			}
+			t.Logf("%s: the continue token expired %s after it was issued (interval %s)", ds, expired.Round(100*time.Millisecond), interval)
+
+			// One more pass records the compaction that expired the
+			// token and compacts to it; after that, passes are quiet.
+			time.Sleep(interval + time.Second)
+			before := revision(ctx, t, s)
+			time.Sleep(3 * interval)
+			if after := revision(ctx, t, s); after != before {
+				t.Errorf("an idle server's datastore moved from revision %s to %s over three compaction intervals: idle compactions must write nothing", before, after)
+			}
+		})
+	}
+}
+
+// revision is the datastore's current revision, read through a quorum list.
+func revision(ctx context.Context, t *testing.T, s *server) string {
+	t.Helper()
+	l, err := s.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.ResourceVersion
+}
