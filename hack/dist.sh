@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builds the release folder: static (CGO_ENABLED=0), stripped, stamped
 # edgeplane binaries for each platform, the install and uninstall scripts,
-# and SHA256SUMS over all of them.
+# xz-compressed copies of the binaries (what a release publishes: about a
+# fifth of the size; install.sh unpacks them), and SHA256SUMS over all of them.
 # Usage: hack/dist.sh [version]
 # Environment: DIST_DIR (default dist), DIST_PLATFORMS (default
 # "linux/amd64 linux/arm64 linux/arm"; linux/arm is ARMv7, GOARM=7).
@@ -22,7 +23,9 @@ for platform in $platforms; do
 	CGO_ENABLED=0 GOOS=$goos GOARCH=$goarch GOARM=7 \
 		go build -trimpath -ldflags "$ldflags" -o "$out/$name" ./cmd/edgeplane
 	echo "built $out/$name ($(wc -c <"$out/$name") bytes) in $(($(date +%s) - start)) s"
-	files="$files $name"
+	xz -9 -T0 -f -k "$out/$name"
+	echo "compressed $out/$name.xz ($(wc -c <"$out/$name.xz") bytes)"
+	files="$files $name $name.xz"
 done
 cp scripts/install.sh scripts/edgeplane-uninstall.sh "$out/"
 # shellcheck disable=SC2086 # files is a list of plain names

@@ -86,7 +86,7 @@ find_binary() {
 		return
 	fi
 	a=$(arch)
-	for candidate in "$SCRIPT_DIR/edgeplane-linux-$a" "$SCRIPT_DIR/edgeplane" \
+	for candidate in "$SCRIPT_DIR/edgeplane-linux-$a" "$SCRIPT_DIR/edgeplane-linux-$a.xz" "$SCRIPT_DIR/edgeplane" \
 		"$SCRIPT_DIR/../bin/edgeplane" "$SCRIPT_DIR/../dist/edgeplane-linux-$a"; do
 		if [ -f "$candidate" ]; then
 			echo "$candidate"
@@ -467,6 +467,17 @@ main() {
 
 	bin=$(find_binary)
 	verify_checksum "$bin"
+	case $bin in
+	*.xz)
+		# A release's compressed binary (checked above, as shipped).
+		command -v xz >/dev/null 2>&1 || fatal "$bin is xz-compressed and xz is not installed: apt-get install xz-utils, or unpack it elsewhere and set EDGEPLANE_BINARY"
+		unpacked=$(mktemp "${TMPDIR:-/tmp}/edgeplane.XXXXXX")
+		trap 'rm -f "$unpacked"' EXIT
+		xz -dc "$bin" >"$unpacked" || fatal "unpacking $bin failed"
+		chmod 755 "$unpacked"
+		bin=$unpacked
+		;;
+	esac
 	"$bin" version >/dev/null 2>&1 || fatal "$bin does not run on this host ($(uname -m)): wrong architecture?"
 	version=$("$bin" version | head -n 1)
 	info "installing $version from $bin ($service)"
