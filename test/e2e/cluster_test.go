@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/edgeplane/edgeplane/internal/testcontainerd"
 	"github.com/edgeplane/edgeplane/internal/testimage"
 )
@@ -48,7 +51,7 @@ type twoNodeCluster struct {
 	agentArgs []string
 }
 
-// clusterNet numbers the test ranges of one test process (10.203.N.0/24).
+// clusterNet numbers the test ranges of one test process (10.204.N.0/24).
 var (
 	clusterNetMu   sync.Mutex
 	clusterNetNext = os.Getpid() % 200
@@ -110,7 +113,7 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 	c := &twoNodeCluster{
 		ServerNode: "srv", AgentNode: "agt",
 		ServerNS: fmt.Sprintf("ep-net-%d-%d-s", pid, n), AgentNS: fmt.Sprintf("ep-net-%d-%d-a", pid, n),
-		HostIP: fmt.Sprintf("10.203.%d.1", n), ServerIP: fmt.Sprintf("10.203.%d.2", n), AgentIP: fmt.Sprintf("10.203.%d.3", n),
+		HostIP: fmt.Sprintf("10.204.%d.1", n), ServerIP: fmt.Sprintf("10.204.%d.2", n), AgentIP: fmt.Sprintf("10.204.%d.3", n),
 	}
 	bridge := fmt.Sprintf("epb%d-%d", pid%100000, n)
 	ipCmd(t, "link", "add", bridge, "type", "bridge")
@@ -135,13 +138,16 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 	dataDir := agentDataDir(t) // short: the kubelet's sockets live below it
 	clusterImages(t, filepath.Join(dataDir, "agent", "images"))
 	serverArgs := append([]string{"server", "--data-dir", dataDir,
-		"--bind-address", c.ServerIP, "--advertise-address", c.ServerIP, "--https-port", "6443",
+		// The whole namespace, loopback included: the server's own
+		// components dial 127.0.0.1.
+		"--bind-address", "0.0.0.0", "--advertise-address", c.ServerIP, "--https-port", "6443",
 		"--container-runtime-endpoint", c.ServerCtrd.Endpoint, "--cni-conf-dir", c.ServerCtrd.CNIConfDir,
 		"--pause-image", testimage.DefaultPauseName, "--node-name", c.ServerNode, "--node-ip", c.ServerIP,
 		"--pod-logs-dir", filepath.Join(dataDir, "pod-logs"),
 	}, kubeletPorts(t)...)
 	serverArgs = append(serverArgs, opts.ServerArgs...)
 	c.Server = startServerCmd(t, dataDir, nsenterCmd(c.ServerNS, serverArgs...))
+	c.Server.useAddress(t, "https://"+c.ServerIP+":6443")
 
 	agentDir := agentDataDir(t)
 	clusterImages(t, filepath.Join(agentDir, "agent", "images"))
@@ -168,6 +174,28 @@ func nsenterCmd(ns string, args ...string) *exec.Cmd {
 func startServerCmd(t *testing.T, dataDir string, cmd *exec.Cmd) *server {
 	t.Helper()
 	return waitReady(t, launchCmd(t, dataDir, cmd))
+}
+
+// useAddress points s's kubeconfig, config and client at url: the server's
+// kubeconfig names loopback, which is the server's namespace's own.
+func (s *server) useAddress(t *testing.T, url string) {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(s.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range cfg.Clusters {
+		cl.Server = url
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	s.kubeconfig = path
+	if s.config, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
+		t.Fatal(err)
+	}
+	s.client = kubernetes.NewForConfigOrDie(s.config)
 }
 
 // startAgentCmd starts a prepared agent command; it is killed when t ends.
@@ -200,9 +228,18 @@ func (c *twoNodeCluster) restartAgent(t *testing.T) {
 func (c *twoNodeCluster) kubectl(args ...string) (string, error) { return c.Server.kubectl(args...) }
 
 // podExec runs a command in a pod's container (kubectl exec) and returns
-// its output.
+// its standard output; kubectl's own warnings on stderr go to the error.
 func (c *twoNodeCluster) podExec(pod string, cmd ...string) (string, error) {
-	return c.Server.kubectl(append([]string{"exec", pod, "--"}, cmd...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stderr strings.Builder
+	kc := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", c.Server.kubeconfig, "exec", pod, "--"}, cmd...)...)
+	kc.Stderr = &stderr
+	out, err := kc.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl exec %s -- %s: %v: %s", pod, strings.Join(cmd, " "), err, stderr.String())
+	}
+	return string(out), nil
 }
 
 // runPod starts a busybox pod on node running script and waits until it
@@ -228,9 +265,10 @@ func webScript(name string) string {
 	return fmt.Sprintf("mkdir -p /www && echo %s > /www/index.html && exec httpd -f -p 8080 -h /www", name)
 }
 
-// fetch runs busybox wget in pod against url, with a bound on time.
+// fetch runs busybox wget in pod against url, bounded by busybox timeout
+// (busybox 1.35's wget -T segfaults after a successful fetch).
 func (c *twoNodeCluster) fetch(pod, url string) (string, error) {
-	out, err := c.podExec(pod, "wget", "-q", "-T", "3", "-O", "-", url)
+	out, err := c.podExec(pod, "timeout", "5", "wget", "-q", "-O", "-", url)
 	return strings.TrimSpace(out), err
 }
 
