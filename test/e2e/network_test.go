@@ -22,7 +22,9 @@ import (
 // Deployment spread over both nodes answers from a pod on either node, from
 // both backends; a NodePort answers from the host; a pod lists namespaces
 // through the kubernetes Service with client-go's in-cluster config; and
-// killing and restarting the agent keeps its pods' network and routes.
+// externalTrafficPolicy: Local answers only on a node with a backend; a
+// LoadBalancer ingress IP that is a node IP answers; and killing and
+// restarting the agent keeps its pods' network and routes.
 func TestClusterNetwork(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two containerds, a server node and an agent node in network namespaces")
@@ -63,11 +65,7 @@ func TestClusterNetwork(t *testing.T) {
 		if out, err := c.kubectl("expose", "deployment", "echo", "--name=echo-np", "--type=NodePort", "--port=80", "--target-port=8080"); err != nil {
 			t.Fatalf("kubectl expose: %v\n%s", err, out)
 		}
-		svc, err := c.Server.client.CoreV1().Services("default").Get(context.Background(), "echo-np", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := svc.Spec.Ports[0].NodePort
+		port := nodePort(t, c, "echo-np")
 		for _, ip := range []string{c.ServerIP, c.AgentIP} {
 			url := fmt.Sprintf("http://%s:%d/", ip, port)
 			eventually(t, 90*time.Second, "host fetches "+url, func(ctx context.Context) (bool, error) {
@@ -76,6 +74,42 @@ func TestClusterNetwork(t *testing.T) {
 					return false, err
 				}
 				return strings.HasPrefix(body, "echo-"), fmt.Errorf("got %q", body)
+			})
+		}
+	})
+
+	t.Run("externalTrafficPolicy Local answers only where a backend runs", func(t *testing.T) {
+		// web-s runs on the server node only.
+		if out, err := c.kubectl("expose", "pod", "web-s", "--name=web-local", "--type=NodePort", "--port=80", "--target-port=8080",
+			"--overrides", `{"apiVersion":"v1","spec":{"externalTrafficPolicy":"Local"}}`); err != nil {
+			t.Fatalf("kubectl expose: %v\n%s", err, out)
+		}
+		port := nodePort(t, c, "web-local")
+		url := fmt.Sprintf("http://%s:%d/", c.ServerIP, port)
+		eventually(t, 90*time.Second, "host fetches "+url, func(ctx context.Context) (bool, error) {
+			body, err := hostGet(ctx, url)
+			return err == nil && body == "web-s", fmt.Errorf("got %q, %v", body, err)
+		})
+		// The agent node has no local backend: upstream drops the traffic.
+		if body, err := hostGet(context.Background(), fmt.Sprintf("http://%s:%d/", c.AgentIP, port)); err == nil {
+			t.Errorf("the agent node answered %q for an externalTrafficPolicy: Local Service with no local backend", body)
+		}
+	})
+
+	t.Run("a LoadBalancer ingress IP that is a node IP answers", func(t *testing.T) {
+		if out, err := c.kubectl("expose", "deployment", "echo", "--name=echo-lb", "--type=LoadBalancer", "--port=8081", "--target-port=8080"); err != nil {
+			t.Fatalf("kubectl expose: %v\n%s", err, out)
+		}
+		// What the service load balancer sets: the node addresses.
+		patch := fmt.Sprintf(`{"status":{"loadBalancer":{"ingress":[{"ip":%q},{"ip":%q}]}}}`, c.ServerIP, c.AgentIP)
+		if out, err := c.kubectl("patch", "service", "echo-lb", "--subresource=status", "--type=merge", "-p", patch); err != nil {
+			t.Fatalf("kubectl patch status: %v\n%s", err, out)
+		}
+		for _, ip := range []string{c.ServerIP, c.AgentIP} {
+			url := "http://" + ip + ":8081/"
+			eventually(t, 90*time.Second, "host fetches "+url, func(ctx context.Context) (bool, error) {
+				body, err := hostGet(ctx, url)
+				return err == nil && strings.HasPrefix(body, "echo-"), fmt.Errorf("got %q, %v", body, err)
 			})
 		}
 	})
@@ -195,6 +229,18 @@ func clusterIP(t *testing.T, c *twoNodeCluster, name string) string {
 	return svc.Spec.ClusterIP
 }
 
+func nodePort(t *testing.T, c *twoNodeCluster, name string) int32 {
+	t.Helper()
+	svc, err := c.Server.client.CoreV1().Services("default").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(svc.Spec.Ports) == 0 || svc.Spec.Ports[0].NodePort == 0 {
+		t.Fatalf("service %s has no node port: %+v", name, svc.Spec.Ports)
+	}
+	return svc.Spec.Ports[0].NodePort
+}
+
 // hostGet fetches url from the host (over the test's bridge).
 func hostGet(ctx context.Context, url string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -226,4 +272,33 @@ func flannelRoutes(t *testing.T, ns string) []string {
 		}
 	}
 	return routes
+}
+
+// TestClusterNetworkHostGW: with --flannel-backend=host-gw the agent takes
+// the server's choice, each node routes the other's pod CIDR straight to
+// the other's address (no encapsulation), and pods reach each other.
+func TestClusterNetworkHostGW(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two containerds, a server node and an agent node in network namespaces")
+	}
+	c := startTwoNodeCluster(t, twoNodeOptions{ServerArgs: []string{"--flannel-backend=host-gw"}})
+	srvIP := c.runPod(t, "web-s", c.ServerNode, webScript("web-s"), nil)
+	agtIP := c.runPod(t, "web-a", c.AgentNode, webScript("web-a"), nil)
+	c.eventuallyFetch(t, "web-a", "http://"+srvIP+":8080/", "web-s")
+	c.eventuallyFetch(t, "web-s", "http://"+agtIP+":8080/", "web-a")
+
+	srv, err := c.Server.client.CoreV1().Nodes().Get(context.Background(), c.ServerNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ip", "-n", c.AgentNS, "route", "show", srv.Spec.PodCIDR).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip route: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "via "+c.ServerIP+" dev eth0") {
+		t.Errorf("agent's route to the server's pod CIDR %s = %q, want via %s dev eth0", srv.Spec.PodCIDR, out, c.ServerIP)
+	}
+	if err := exec.Command("ip", "-n", c.AgentNS, "link", "show", "flannel.1").Run(); err == nil {
+		t.Errorf("host-gw node has a flannel.1 vxlan device")
+	}
 }
