@@ -144,7 +144,12 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		"--container-runtime-endpoint", c.ServerCtrd.Endpoint, "--cni-conf-dir", c.ServerCtrd.CNIConfDir,
 		"--pause-image", testimage.DefaultPauseName, "--node-name", c.ServerNode, "--node-ip", c.ServerIP,
 		"--pod-logs-dir", filepath.Join(dataDir, "pod-logs"),
-	}, kubeletPorts(t)...)
+	}, agentKubeletArgs(t)...)
+	// agentKubeletArgs for the server's kubelet too: a kubelet with
+	// per-QoS cgroups treats pod cgroups under /kubepods that it does not
+	// know as orphans and kills their processes, so two of them on one host
+	// (this test's and another test's server-as-node) kill each other's
+	// pods (seen: a shim killed 50 ms after StartContainer).
 	serverArgs = append(serverArgs, opts.ServerArgs...)
 	c.Server = startServerCmd(t, dataDir, nsenterCmd(c.ServerNS, serverArgs...))
 	c.Server.useAddress(t, "https://"+c.ServerIP+":6443")
