@@ -143,8 +143,7 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		"--bind-address", "0.0.0.0", "--advertise-address", c.ServerIP, "--https-port", "6443",
 		"--container-runtime-endpoint", c.ServerCtrd.Endpoint, "--cni-conf-dir", c.ServerCtrd.CNIConfDir,
 		"--pause-image", testimage.DefaultPauseName, "--node-name", c.ServerNode, "--node-ip", c.ServerIP,
-		"--pod-logs-dir", filepath.Join(dataDir, "pod-logs"),
-	}, agentKubeletArgs(t)...)
+	}, agentKubeletArgs(t)...) // ports, and a pod log dir of its own
 	// agentKubeletArgs for the server's kubelet too: a kubelet with
 	// per-QoS cgroups treats pod cgroups under /kubepods that it does not
 	// know as orphans and kills their processes, so two of them on one host
@@ -160,7 +159,7 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		"--token", serverNodeToken(t, c.Server), "--data-dir", agentDir,
 		"--node-name", c.AgentNode, "--node-ip", c.AgentIP,
 		"--container-runtime-endpoint", c.AgentCtrd.Endpoint, "--cni-conf-dir", c.AgentCtrd.CNIConfDir,
-		"--pause-image", testimage.DefaultPauseName, "--pod-logs-dir", filepath.Join(agentDir, "pod-logs"),
+		"--pause-image", testimage.DefaultPauseName,
 	}, agentKubeletArgs(t)...)
 	c.agentArgs = append(c.agentArgs, opts.AgentArgs...)
 	c.Agent = startAgentCmd(t, nsenterCmd(c.AgentNS, c.agentArgs...))
