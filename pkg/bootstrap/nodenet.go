@@ -117,7 +117,7 @@ func nodeNetwork(ctx context.Context, node nodeCompleted, p agent.Paths, n netwo
 	if n.KubeProxyMode != "" {
 		kp, err := kubeproxy.New(kubeproxy.Config{
 			Node: node.Name, NodeIP: nodeIP, ClusterCIDR: clusterCIDR, Mode: resolved,
-			Kubeconfig: p.Kubeconfig, Dir: filepath.Join(p.Dir, "kube-proxy"),
+			Kubeconfig: p.Kubeconfig,
 		})
 		if err != nil {
 			return nil, err

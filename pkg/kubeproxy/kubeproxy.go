@@ -3,9 +3,12 @@
 // IPs, NodePorts and load-balancer IPs answer on the node. The mode is
 // nftables where the kernel and the nft tool have it, iptables otherwise.
 //
-// kube-proxy is configured the way upstream reads it, from a
-// KubeProxyConfiguration file that edgeplane writes under the node's data
-// dir, so that upstream's defaulting and validation apply unchanged.
+// kube-proxy is configured through upstream's own flag set (Args), so that
+// upstream's parsing, defaulting and validation apply unchanged; not
+// through a configuration file, which upstream watches with an inotify
+// instance and exits on any change of (inotify instances are a small
+// per-user budget that the kubelet and containerd also draw on: a test run
+// beside other kubelets lost kube-proxy to "too many open files").
 // Credentials are the node's own (its kubelet client certificate): the
 // server binds upstream's system:node-proxier ClusterRole to the group
 // system:nodes (EnsureRBAC), so no second certificate needs minting and
@@ -24,22 +27,15 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/spf13/pflag"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
-	kubeproxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
 	proxyapp "k8s.io/kubernetes/cmd/kube-proxy/app"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
-	"sigs.k8s.io/yaml"
 
-	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"github.com/edgeplane/edgeplane/pkg/cni"
 )
 
@@ -88,8 +84,6 @@ type Config struct {
 	Mode string
 	// Kubeconfig holds the node's credentials.
 	Kubeconfig string
-	// Dir holds the written configuration file.
-	Dir string
 }
 
 // Proxy is the component.
@@ -104,8 +98,8 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Mode != ModeNFTables && cfg.Mode != ModeIPTables {
 		return nil, fmt.Errorf("kube-proxy: mode %q: want %s or %s", cfg.Mode, ModeNFTables, ModeIPTables)
 	}
-	if cfg.Node == "" || cfg.Kubeconfig == "" || cfg.Dir == "" {
-		return nil, errors.New("kube-proxy: node name, kubeconfig and directory are required")
+	if cfg.Node == "" || cfg.Kubeconfig == "" {
+		return nil, errors.New("kube-proxy: node name and kubeconfig are required")
 	}
 	return &Proxy{cfg: cfg}, nil
 }
@@ -113,25 +107,13 @@ func New(cfg Config) (*Proxy, error) {
 // Name implements the bootstrap component contract.
 func (p *Proxy) Name() string { return "kube-proxy" }
 
-// ConfigFile is where the configuration is written.
-func (p *Proxy) ConfigFile() string { return filepath.Join(p.cfg.Dir, "kube-proxy.yaml") }
-
-// Start writes the configuration and starts the proxy in the background.
+// Start starts the proxy in the background.
 func (p *Proxy) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("kube-proxy")
-	data, err := Render(p.cfg, currentOOMScoreAdj())
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(p.cfg.Dir, 0o700); err != nil {
-		return fmt.Errorf("kube-proxy: %w", err)
-	}
-	if _, err := atomicfile.Write(p.ConfigFile(), data, 0o600); err != nil {
-		return fmt.Errorf("kube-proxy: %w", err)
-	}
+	args := Args(p.cfg, currentOOMScoreAdj())
 	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
 	p.cancel = cancel
-	p.wg.Go(func() { p.run(runCtx) })
+	p.wg.Go(func() { p.run(runCtx, args) })
 	return nil
 }
 
@@ -156,24 +138,17 @@ func (p *Proxy) Stop(ctx context.Context) error {
 	}
 }
 
-func (p *Proxy) run(ctx context.Context) {
+func (p *Proxy) run(ctx context.Context, args []string) {
 	logger := klog.FromContext(ctx)
 	if _, err := cni.WaitForClient(ctx, p.cfg.Kubeconfig, "edgeplane/kube-proxy"); err != nil {
 		return // ctx ended
 	}
-	o := proxyapp.NewOptions()
-	fs := pflag.NewFlagSet("kube-proxy", pflag.ContinueOnError)
-	o.AddFlags(fs)
-	o.ConfigFile = p.ConfigFile()
-	if err := o.Complete(fs); err != nil {
-		logger.Error(err, "Services will not answer on this node: kube-proxy's configuration")
+	o, err := options(args)
+	if err != nil {
+		logger.Error(err, "Services will not answer on this node")
 		return
 	}
-	if err := o.Validate(); err != nil {
-		logger.Error(err, "Services will not answer on this node: kube-proxy's configuration")
-		return
-	}
-	logger.Info("Starting kube-proxy", "mode", p.cfg.Mode, "config", p.ConfigFile())
+	logger.Info("Starting kube-proxy", "mode", p.cfg.Mode)
 	done := make(chan error, 1)
 	// Options.Run returns only on an error (see the package comment).
 	go func() { done <- o.Run(ctx) }()
@@ -186,38 +161,47 @@ func (p *Proxy) run(ctx context.Context) {
 	}
 }
 
-// Render returns the KubeProxyConfiguration for c. oomScoreAdj is the
-// process's own: kube-proxy would set its process's OOM score to -999,
-// and in edgeplane its process is the whole node.
-func Render(c Config, oomScoreAdj int32) ([]byte, error) {
-	kc := kubeproxyv1alpha1.KubeProxyConfiguration{
-		TypeMeta:         metav1.TypeMeta{APIVersion: kubeproxyv1alpha1.SchemeGroupVersion.String(), Kind: "KubeProxyConfiguration"},
-		HostnameOverride: c.Node,
-		Mode:             kubeproxyv1alpha1.ProxyMode(c.Mode),
-		ClusterCIDR:      c.ClusterCIDR,
-		OOMScoreAdj:      ptr.To(oomScoreAdj),
-		// Leave the host's conntrack table size and timeouts as they are:
-		// nf_conntrack_max is host-wide, and a small board's own value is
-		// deliberate.
-		Conntrack: kubeproxyv1alpha1.KubeProxyConntrackConfiguration{
-			MaxPerCore:            ptr.To[int32](0),
-			Min:                   ptr.To[int32](0),
-			TCPEstablishedTimeout: &metav1.Duration{},
-			TCPCloseWaitTimeout:   &metav1.Duration{},
-		},
-		ConfigSyncPeriod: metav1.Duration{Duration: 15 * time.Minute},
-	}
-	kc.ClientConnection.Kubeconfig = c.Kubeconfig
-	kc.ClientConnection.QPS = 5
-	kc.ClientConnection.Burst = 10
-	if c.NodeIP != nil {
-		kc.BindAddress = c.NodeIP.String()
-	}
-	data, err := yaml.Marshal(kc)
-	if err != nil {
+// options parses args with upstream's flag set, then completes and
+// validates them as upstream's command does.
+func options(args []string) (*proxyapp.Options, error) {
+	o := proxyapp.NewOptions()
+	fs := pflag.NewFlagSet("kube-proxy", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("kube-proxy: %w", err)
 	}
-	return data, nil
+	if err := o.Complete(fs); err != nil {
+		return nil, fmt.Errorf("kube-proxy: %w", err)
+	}
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("kube-proxy: %w", err)
+	}
+	return o, nil
+}
+
+// Args are kube-proxy's flags for c. oomScoreAdj is the process's own:
+// kube-proxy would set its process's OOM score to -999, and in edgeplane
+// its process is the whole node. The host's conntrack table size and
+// timeouts are left alone (0): nf_conntrack_max is host-wide, and a small
+// board's own value is deliberate.
+func Args(c Config, oomScoreAdj int32) []string {
+	args := []string{
+		"--hostname-override=" + c.Node,
+		"--proxy-mode=" + c.Mode,
+		"--kubeconfig=" + c.Kubeconfig,
+		"--kube-api-qps=5", "--kube-api-burst=10",
+		"--config-sync-period=15m",
+		"--oom-score-adj=" + strconv.Itoa(int(oomScoreAdj)),
+		"--conntrack-max-per-core=0", "--conntrack-min=0",
+		"--conntrack-tcp-timeout-established=0s", "--conntrack-tcp-timeout-close-wait=0s",
+	}
+	if c.ClusterCIDR != "" {
+		args = append(args, "--cluster-cidr="+c.ClusterCIDR)
+	}
+	if c.NodeIP != nil {
+		args = append(args, "--bind-address="+c.NodeIP.String())
+	}
+	return args
 }
 
 // currentOOMScoreAdj reads this process's OOM score adjustment (0 when it

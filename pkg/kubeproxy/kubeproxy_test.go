@@ -4,9 +4,6 @@ import (
 	"net"
 	"strings"
 	"testing"
-
-	kubeproxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
-	"sigs.k8s.io/yaml"
 )
 
 func TestValidateMode(t *testing.T) {
@@ -33,7 +30,7 @@ func TestValidateMode(t *testing.T) {
 }
 
 func TestNew(t *testing.T) {
-	good := Config{Node: "n1", Mode: ModeNFTables, Kubeconfig: "/k", Dir: "/d"}
+	good := Config{Node: "n1", Mode: ModeNFTables, Kubeconfig: "/k"}
 	for _, tc := range []struct {
 		name    string
 		mutate  func(*Config)
@@ -55,42 +52,46 @@ func TestNew(t *testing.T) {
 	}
 }
 
-// TestRender: the written file is a KubeProxyConfiguration upstream reads,
-// with the node's identity, the mode, the process's own OOM score and the
-// host's conntrack settings left alone.
-func TestRender(t *testing.T) {
+// TestArgs: upstream's own flag set parses, completes and validates the
+// flags, with the node's identity, the mode, the process's own OOM score,
+// and the host's conntrack settings left alone.
+func TestArgs(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		cfg      Config
-		oom      int32
-		wantBind string
+		name string
+		cfg  Config
+		oom  int32
+		want map[string]string
 	}{
-		{name: "nftables with node IP", cfg: Config{Node: "edge-1", NodeIP: net.ParseIP("10.0.0.5"), ClusterCIDR: "10.42.0.0/16", Mode: ModeNFTables, Kubeconfig: "/a/kubelet.kubeconfig"}, oom: -500, wantBind: "10.0.0.5"},
-		{name: "iptables without node IP", cfg: Config{Node: "edge-2", ClusterCIDR: "10.42.0.0/16,fd00::/56", Mode: ModeIPTables, Kubeconfig: "/b"}, oom: 0, wantBind: ""},
+		{
+			name: "nftables with node IP",
+			cfg:  Config{Node: "edge-1", NodeIP: net.ParseIP("10.0.0.5"), ClusterCIDR: "10.42.0.0/16", Mode: ModeNFTables, Kubeconfig: "/a/kubelet.kubeconfig"},
+			oom:  -500,
+			want: map[string]string{"hostname-override": "edge-1", "proxy-mode": "nftables", "bind-address": "10.0.0.5", "cluster-cidr": "10.42.0.0/16",
+				"kubeconfig": "/a/kubelet.kubeconfig", "oom-score-adj": "-500", "conntrack-max-per-core": "0", "conntrack-min": "0"},
+		},
+		{
+			name: "iptables, dual stack, no node IP",
+			cfg:  Config{Node: "edge-2", ClusterCIDR: "10.42.0.0/16,fd00:42::/56", Mode: ModeIPTables, Kubeconfig: "/b"},
+			want: map[string]string{"hostname-override": "edge-2", "proxy-mode": "iptables", "cluster-cidr": "10.42.0.0/16,fd00:42::/56", "oom-score-adj": "0"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			data, err := Render(tc.cfg, tc.oom)
-			if err != nil {
-				t.Fatal(err)
+			args := Args(tc.cfg, tc.oom)
+			if _, err := options(args); err != nil {
+				t.Fatalf("upstream refuses %q: %v", args, err)
 			}
-			var got kubeproxyv1alpha1.KubeProxyConfiguration
-			if err := yaml.UnmarshalStrict(data, &got); err != nil {
-				t.Fatalf("the rendered file does not decode strictly: %v\n%s", err, data)
+			got := map[string]string{}
+			for _, a := range args {
+				k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+				got[k] = v
 			}
-			if got.Kind != "KubeProxyConfiguration" || got.APIVersion != "kubeproxy.config.k8s.io/v1alpha1" {
-				t.Errorf("kind %q apiVersion %q", got.Kind, got.APIVersion)
+			for k, v := range tc.want {
+				if got[k] != v {
+					t.Errorf("--%s = %q, want %q (args %q)", k, got[k], v, args)
+				}
 			}
-			if got.HostnameOverride != tc.cfg.Node || string(got.Mode) != tc.cfg.Mode || got.ClusterCIDR != tc.cfg.ClusterCIDR ||
-				got.ClientConnection.Kubeconfig != tc.cfg.Kubeconfig || got.BindAddress != tc.wantBind {
-				t.Errorf("rendered %+v from %+v", got, tc.cfg)
-			}
-			if got.OOMScoreAdj == nil || *got.OOMScoreAdj != tc.oom {
-				t.Errorf("oomScoreAdj = %v, want %d", got.OOMScoreAdj, tc.oom)
-			}
-			ct := got.Conntrack
-			if ct.MaxPerCore == nil || *ct.MaxPerCore != 0 || ct.Min == nil || *ct.Min != 0 ||
-				ct.TCPEstablishedTimeout == nil || ct.TCPEstablishedTimeout.Duration != 0 {
-				t.Errorf("conntrack %+v: want the host's settings left alone (zeros)", ct)
+			if tc.cfg.NodeIP == nil && got["bind-address"] != "" {
+				t.Errorf("--bind-address %q without a node IP", got["bind-address"])
 			}
 		})
 	}
