@@ -10,8 +10,9 @@ import (
 )
 
 // rootfs is the image's one layer, uncompressed: bin/busybox, its applet
-// links, and the few files and directories a shell and a pod expect.
-func rootfs(busybox []byte) ([]byte, error) {
+// links, the extra binaries (bin/<name>), and the few files and
+// directories a shell and a pod expect.
+func rootfs(busybox []byte, extra map[string][]byte) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := []struct {
@@ -28,6 +29,19 @@ func rootfs(busybox []byte) ([]byte, error) {
 	}
 	if err := writeFile(tw, "bin/busybox", 0o755, busybox); err != nil {
 		return nil, err
+	}
+	names := make([]string, 0, len(extra))
+	for n := range extra {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if n == "busybox" || strings.Contains(n, "/") {
+			return nil, fmt.Errorf("testimage: extra binary name %q is not allowed", n)
+		}
+		if err := writeFile(tw, "bin/"+n, 0o755, extra[n]); err != nil {
+			return nil, err
+		}
 	}
 	applets := append([]string(nil), Applets...)
 	sort.Strings(applets)

@@ -71,6 +71,9 @@ type Image struct {
 	// BusyboxPath is the static busybox binary to put in; empty means
 	// DefaultBusyboxPath.
 	BusyboxPath string
+	// Binaries are extra executables put in bin/ under their base names,
+	// read from the given host paths (a static test client, say).
+	Binaries []string
 }
 
 // Busybox is the workload image: busybox with sh as its entrypoint.
@@ -161,7 +164,15 @@ func Build(img Image) (*Layout, error) {
 		return nil, errors.Join(errs...)
 	}
 
-	layerTar, err := rootfs(busybox)
+	extra := map[string][]byte{}
+	for _, p := range img.Binaries {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("testimage: extra binary: %w", err)
+		}
+		extra[filepath.Base(p)] = b
+	}
+	layerTar, err := rootfs(busybox, extra)
 	if err != nil {
 		return nil, err
 	}

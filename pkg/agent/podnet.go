@@ -3,14 +3,11 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/edgeplane/edgeplane/pkg/cni"
@@ -36,6 +33,10 @@ type PodNetwork struct {
 	ConfDir string
 	// Bridge is the bridge's name (empty: cni.DefaultBridge).
 	Bridge string
+	// MTU, when set, is the pod network across nodes (flannel): it blocks
+	// until that network has chosen the pods' MTU, and that network
+	// masquerades what leaves the cluster, not the bridge.
+	MTU func(context.Context) (int, error)
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -93,6 +94,16 @@ func (p *PodNetwork) run(ctx context.Context) {
 		return
 	}
 	conf := cni.Config{PodCIDRs: cidrs, Bridge: p.Bridge}
+	if p.MTU != nil {
+		mtu, err := p.MTU(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				logger.Error(err, "Pods will not get a network")
+			}
+			return
+		}
+		conf.MTU, conf.NoMasquerade = mtu, true
+	}
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		changed, err := cni.Write(p.ConfDir, conf)
 		switch {
@@ -104,31 +115,9 @@ func (p *PodNetwork) run(ctx context.Context) {
 	}, recheckInterval)
 }
 
-// waitForClient polls for the node's kubeconfig and builds a client from it.
+// waitForClient waits for the node's credentials.
 func (p *PodNetwork) waitForClient(ctx context.Context) (kubernetes.Interface, error) {
-	var client kubernetes.Interface
-	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
-		if _, err := os.Stat(p.Kubeconfig); err != nil {
-			return false, nil
-		}
-		cfg, err := clientcmd.BuildConfigFromFlags("", p.Kubeconfig)
-		if err != nil {
-			return false, nil
-		}
-		// TLS bootstrap writes the kubeconfig before the certificate it names.
-		if cfg.CertFile != "" {
-			if _, err := os.Stat(cfg.CertFile); err != nil {
-				return false, nil
-			}
-		}
-		cfg.UserAgent = "edgeplane/pod-network"
-		c, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return false, fmt.Errorf("pod network: %w", err)
-		}
-		client = c
-		return true, nil
-	})
+	client, err := cni.WaitForClient(ctx, p.Kubeconfig, "edgeplane/pod-network")
 	if err != nil && !errors.Is(err, context.Canceled) {
 		klog.FromContext(ctx).Error(err, "No client for the pod network writer")
 	}

@@ -21,7 +21,10 @@ import (
 	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/pkg/agent"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
+	"github.com/edgeplane/edgeplane/pkg/flannel"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
+	"github.com/edgeplane/edgeplane/pkg/kubeproxy"
+	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
 	"github.com/edgeplane/edgeplane/pkg/sdnotify"
 )
@@ -156,13 +159,16 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) error {
 	if err != nil {
 		return err
 	}
+	network, err := nodeNetwork(ctx, o.Node, paths, agentNetwork(nc), nc.ClusterCIDR)
+	if err != nil {
+		return err
+	}
 	var mgr manager
 	defer func() { _ = mgr.stopAll(context.WithoutCancel(ctx), stopTimeout) }()
-	for _, c := range []Component{
+	for _, c := range append([]Component{
 		&agent.Images{Dir: paths.Images, RuntimeEndpoint: rt.Endpoint, Pinned: []string{o.Node.PauseImage}},
 		k,
-		&agent.PodNetwork{Node: o.Node.Name, Kubeconfig: paths.Kubeconfig, ConfDir: o.Node.CNIConfDir},
-	} {
+	}, network...) {
 		if err := mgr.start(ctx, c, stopTimeout); err != nil {
 			return err
 		}
@@ -184,6 +190,19 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) error {
 	logger.Info("Shutting down the agent")
 	notifyStopping(ctx)
 	return nil
+}
+
+// agentNetwork is the server's choice of cluster network; a server that
+// published none (older than the network parts) runs neither.
+func agentNetwork(nc nodeconfig.Config) networkCompleted {
+	n := networkCompleted{FlannelBackend: nc.FlannelBackend, KubeProxyMode: nc.KubeProxyMode}
+	if n.FlannelBackend == "" || flannel.ValidateBackend(n.FlannelBackend) != nil || flannelCIDR(nc.ClusterCIDR) == "" {
+		n.FlannelBackend = flannel.BackendNone
+	}
+	if kubeproxy.ValidateMode(n.KubeProxyMode) != nil {
+		n.KubeProxyMode = ""
+	}
+	return n
 }
 
 // waitNodeReady polls the node's Ready condition with the node's own

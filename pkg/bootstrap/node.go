@@ -20,6 +20,7 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
+	"github.com/edgeplane/edgeplane/pkg/kubeproxy"
 	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 )
 
@@ -37,8 +38,20 @@ func (s *server) publishNodeConfig(ctx context.Context, o CompletedOptions) erro
 	if err != nil {
 		return err
 	}
-	return retryTransient(ctx, "publishing the node settings", func(ctx context.Context) error {
-		return nodeconfig.Publish(ctx, client, nodeconfig.Config{ClientCA: ca, ClusterDomain: o.ClusterDomain})
+	nc := nodeconfig.Config{
+		ClientCA: ca, ClusterDomain: o.ClusterDomain,
+		ClusterCIDR: o.ClusterCIDR, FlannelBackend: o.Network.FlannelBackend, KubeProxyMode: o.Network.KubeProxyMode,
+	}
+	if err := retryTransient(ctx, "publishing the node settings", func(ctx context.Context) error {
+		return nodeconfig.Publish(ctx, client, nc)
+	}); err != nil {
+		return err
+	}
+	if o.Network.KubeProxyMode == "" {
+		return nil
+	}
+	return retryTransient(ctx, "letting nodes run kube-proxy", func(ctx context.Context) error {
+		return kubeproxy.EnsureRBAC(ctx, client)
 	})
 }
 
@@ -83,8 +96,11 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 		return err
 	}
 	images := &agent.Images{Dir: paths.Images, RuntimeEndpoint: rt.Endpoint, Pinned: []string{o.Node.PauseImage}}
-	podnet := &agent.PodNetwork{Node: o.Node.Name, Kubeconfig: paths.Kubeconfig, ConfDir: o.Node.CNIConfDir}
-	for _, c := range []Component{images, k, podnet} {
+	network, err := nodeNetwork(ctx, o.Node, paths, o.Network, o.ClusterCIDR)
+	if err != nil {
+		return err
+	}
+	for _, c := range append([]Component{images, k}, network...) {
 		if err := s.mgr.start(ctx, c, stopTimeout); err != nil {
 			return err
 		}

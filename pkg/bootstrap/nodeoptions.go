@@ -34,6 +34,7 @@ type NodeOptions struct {
 	KubeletArgs     []string
 	CNIConfDir      string
 	PauseImage      string
+	PodLogsDir      string
 }
 
 func newNodeOptions() NodeOptions {
@@ -49,6 +50,7 @@ func (o *NodeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RuntimeEndpoint, "container-runtime-endpoint", o.RuntimeEndpoint, "CRI socket of the container runtime, unix:///path (default: containerd's or CRI-O's usual socket, whichever answers).")
 	fs.StringArrayVar(&o.KubeletArgs, "kubelet-arg", o.KubeletArgs, "Kubelet flag name=value, without dashes (repeatable); overrides edgeplane's setting of it.")
 	fs.StringVar(&o.CNIConfDir, "cni-conf-dir", o.CNIConfDir, "Directory the container runtime reads CNI network configurations from; edgeplane writes the node's pod network there.")
+	fs.StringVar(&o.PodLogsDir, "pod-logs-dir", o.PodLogsDir, "Directory of the containers' log files (the kubelet's podLogsDir; default /var/log/pods). Two nodes on one host need one each: each kubelet removes the other's logs.")
 	fs.StringVar(&o.PauseImage, "pause-image", o.PauseImage, "Sandbox (pause) image the container runtime is configured with (containerd: sandbox_image); kept from image garbage collection when imported from the airgap directory.")
 }
 
@@ -62,6 +64,7 @@ type nodeCompleted struct {
 	KubeletArgs     []string
 	CNIConfDir      string
 	PauseImage      string
+	PodLogsDir      string
 }
 
 // complete parses the node options; hostname is the default node name.
@@ -117,6 +120,13 @@ func (o *NodeOptions) complete(hostname string) (nodeCompleted, []error) {
 	} else {
 		c.CNIConfDir = abs
 	}
+	if dir := strings.TrimSpace(o.PodLogsDir); dir != "" {
+		if !filepath.IsAbs(dir) {
+			errs = append(errs, fmt.Errorf("--pod-logs-dir %q must be an absolute path", o.PodLogsDir))
+		} else {
+			c.PodLogsDir = filepath.Clean(dir)
+		}
+	}
 	return c, errs
 }
 
@@ -135,6 +145,7 @@ func (c nodeCompleted) kubeletOptions(p agent.Paths, runtimeEndpoint, clientCA, 
 		RuntimeEndpoint: runtimeEndpoint,
 		ClusterDomain:   clusterDomain,
 		ClusterDNS:      clusterDNS,
+		PodLogsDir:      c.PodLogsDir,
 		ExtraArgs:       c.KubeletArgs,
 	}
 }

@@ -45,6 +45,7 @@ type Options struct {
 	Day2                Day2Options
 	Cluster             ClusterOptions
 	Node                NodeOptions
+	Network             NetworkOptions
 }
 
 // NewOptions returns the defaults.
@@ -65,6 +66,7 @@ func NewOptions() *Options {
 		Day2:                newDay2Options(),
 		Cluster:             newClusterOptions(),
 		Node:                newNodeOptions(),
+		Network:             newNetworkOptions(),
 	}
 }
 
@@ -101,6 +103,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Day2.AddFlags(fs)
 	o.Cluster.AddFlags(fs)
 	o.Node.AddFlags(fs)
+	o.Network.AddFlags(fs)
 }
 
 // completedOptions holds defaulted and parsed options. It is private so that
@@ -132,6 +135,8 @@ type completedOptions struct {
 	Cluster    clusterCompleted
 	// Node is this server's own node, when a container runtime is there.
 	Node nodeCompleted
+	// Network is the cluster network every node runs.
+	Network networkCompleted
 
 	// problems found while parsing, reported by Validate with the rest.
 	problems []error
@@ -219,6 +224,9 @@ func (o *Options) Complete() (CompletedOptions, error) {
 	c.Day2, day2Errs = o.Day2.complete()
 	c.problems = append(c.problems, day2Errs...)
 	c.problems = append(c.problems, disableErrs...)
+	var netErrs []error
+	c.Network, netErrs = o.Network.complete(c.Disabled, c.ClusterCIDR)
+	c.problems = append(c.problems, netErrs...)
 	var clusterErrs []error
 	c.Cluster, clusterErrs = o.Cluster.complete()
 	c.problems = append(c.problems, clusterErrs...)

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
@@ -79,6 +80,11 @@ type Config struct {
 	Bridge string
 	// MTU of the pods' interfaces; 0 lets the plugin choose.
 	MTU int
+	// NoMasquerade leaves masquerading to the pod network across nodes
+	// (flannel masquerades only what leaves the cluster CIDR, so pod to pod
+	// across nodes keeps its source address). Without it the bridge
+	// masquerades everything that leaves the node's pod CIDR.
+	NoMasquerade bool
 }
 
 // Render returns the conflist for c: a bridge with the node's pod CIDRs from
@@ -107,7 +113,7 @@ func Render(c Config) ([]byte, error) {
 		"type":             "bridge",
 		"bridge":           bridge,
 		"isDefaultGateway": true,
-		"ipMasq":           true,
+		"ipMasq":           !c.NoMasquerade,
 		"hairpinMode":      true,
 		"ipam": map[string]any{
 			"type":   "host-local",
@@ -190,4 +196,33 @@ func isTransient(err error) bool {
 	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
 		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || errors.As(err, &netErr) ||
 		apierrors.IsUnauthorized(err) // node credentials appear a moment after the kubelet starts
+}
+
+// WaitForClient polls for a node's kubeconfig (on an agent the kubelet's
+// TLS bootstrap writes it, and the certificate it names, after start) and
+// builds a client from it.
+func WaitForClient(ctx context.Context, kubeconfig, userAgent string) (kubernetes.Interface, error) {
+	var client kubernetes.Interface
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
+		if _, err := os.Stat(kubeconfig); err != nil {
+			return false, nil
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return false, nil
+		}
+		if cfg.CertFile != "" {
+			if _, err := os.Stat(cfg.CertFile); err != nil {
+				return false, nil
+			}
+		}
+		cfg.UserAgent = userAgent
+		c, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", userAgent, err)
+		}
+		client = c
+		return true, nil
+	})
+	return client, err
 }

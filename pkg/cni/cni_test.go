@@ -93,3 +93,40 @@ func TestFindPluginDir(t *testing.T) {
 		t.Errorf("FindPluginDir(partial) = %v", err)
 	}
 }
+
+// TestRenderMasquerade: alone, the bridge masquerades what leaves the
+// node's pod CIDR; with flannel, flannel masquerades only what leaves the
+// cluster CIDR, so the bridge must not, and the pods get flannel's MTU.
+func TestRenderMasquerade(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		conf       Config
+		wantMasq   bool
+		wantMTU    int
+		wantMTUSet bool
+	}{
+		{name: "bridge alone", conf: Config{PodCIDRs: []string{"10.42.0.0/24"}}, wantMasq: true},
+		{name: "with flannel vxlan", conf: Config{PodCIDRs: []string{"10.42.0.0/24"}, MTU: 1450, NoMasquerade: true}, wantMasq: false, wantMTU: 1450, wantMTUSet: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := Render(tc.conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var conf struct {
+				Plugins []map[string]any `json:"plugins"`
+			}
+			if err := json.Unmarshal(data, &conf); err != nil {
+				t.Fatal(err)
+			}
+			b := conf.Plugins[0]
+			if b["ipMasq"] != tc.wantMasq {
+				t.Errorf("ipMasq = %v, want %v", b["ipMasq"], tc.wantMasq)
+			}
+			mtu, ok := b["mtu"]
+			if ok != tc.wantMTUSet || (ok && mtu != float64(tc.wantMTU)) {
+				t.Errorf("mtu = %v (set %v), want %d (set %v)", mtu, ok, tc.wantMTU, tc.wantMTUSet)
+			}
+		})
+	}
+}

@@ -87,6 +87,10 @@ func (o *Options) server(logger klog.Logger, cgroupV2 bool) (*kubeletoptions.Kub
 	// a swap file); k3s does not fail on swap either. Pods get no swap.
 	c.FailSwapOn = false
 
+	if o.PodLogsDir != "" {
+		c.PodLogsDir = o.PodLogsDir
+	}
+
 	// Cluster DNS.
 	c.ClusterDomain = o.ClusterDomain
 	c.ClusterDNS = ipStrings(o.ClusterDNS)

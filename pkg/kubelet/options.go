@@ -91,6 +91,10 @@ type Options struct {
 	Port        int32
 	HealthzPort int32
 
+	// PodLogsDir is where containers' logs go (KubeletConfiguration
+	// podLogsDir); empty means upstream's /var/log/pods.
+	PodLogsDir string
+
 	// ExtraArgs are kubelet flags, "name=value" or "name" (--kubelet-arg),
 	// applied last: they override everything above.
 	ExtraArgs []string

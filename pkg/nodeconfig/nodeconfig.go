@@ -32,6 +32,9 @@ const (
 	keyClientCA      = "client-ca.crt"
 	keyClusterDomain = "cluster-domain"
 	keyClusterDNS    = "cluster-dns"
+	keyClusterCIDR   = "cluster-cidr"
+	keyFlannel       = "flannel-backend"
+	keyKubeProxy     = "kube-proxy-mode"
 )
 
 // Config is the cluster's settings for nodes.
@@ -42,6 +45,14 @@ type Config struct {
 	ClusterDomain string
 	// ClusterDNS is the cluster DNS Service's address(es); may be empty.
 	ClusterDNS []net.IP
+	// ClusterCIDR is the pod network (the server's --cluster-cidr).
+	ClusterCIDR string
+	// FlannelBackend is the pod network across nodes every node runs
+	// (the server's --flannel-backend); empty or "none": none.
+	FlannelBackend string
+	// KubeProxyMode is the server's --kube-proxy-mode (auto, nftables,
+	// iptables; each node resolves auto itself); empty: no kube-proxy.
+	KubeProxyMode string
 }
 
 // Publish creates or updates the ConfigMap and its reader Role and binding.
@@ -52,6 +63,9 @@ func Publish(ctx context.Context, client kubernetes.Interface, c Config) error {
 			keyClientCA:      string(c.ClientCA),
 			keyClusterDomain: c.ClusterDomain,
 			keyClusterDNS:    joinIPs(c.ClusterDNS),
+			keyClusterCIDR:   c.ClusterCIDR,
+			keyFlannel:       c.FlannelBackend,
+			keyKubeProxy:     c.KubeProxyMode,
 		},
 	}
 	role := &rbacv1.Role{
@@ -112,7 +126,13 @@ func Fetch(ctx context.Context, client kubernetes.Interface) (Config, error) {
 	if err != nil {
 		return Config{}, wrap(err)
 	}
-	c := Config{ClientCA: []byte(cm.Data[keyClientCA]), ClusterDomain: cm.Data[keyClusterDomain]}
+	c := Config{
+		ClientCA:       []byte(cm.Data[keyClientCA]),
+		ClusterDomain:  cm.Data[keyClusterDomain],
+		ClusterCIDR:    cm.Data[keyClusterCIDR],
+		FlannelBackend: cm.Data[keyFlannel],
+		KubeProxyMode:  cm.Data[keyKubeProxy],
+	}
 	if len(c.ClientCA) == 0 {
 		return Config{}, errors.New("nodeconfig: the server published no client CA: upgrade the server")
 	}

@@ -136,7 +136,8 @@ func fakeRuntime(t *testing.T) string {
 // agentKubeletArgs keep a second kubelet on this host out of the first's
 // way: its own ports, and no pod cgroups of its own to reconcile.
 func agentKubeletArgs(t *testing.T) []string {
-	return append(kubeletPorts(t), "--kubelet-arg=cgroups-per-qos=false", "--kubelet-arg=enforce-node-allocatable=")
+	return append(kubeletPorts(t), "--kubelet-arg=cgroups-per-qos=false", "--kubelet-arg=enforce-node-allocatable=",
+		"--pod-logs-dir", t.TempDir()) // not the host's /var/log/pods: its kubelet would remove the other's logs
 }
 
 func serverNodeToken(t *testing.T, s *server) string {

@@ -96,6 +96,16 @@ func command(dataDir string, args ...string) *exec.Cmd {
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--container-runtime-endpoint") }) {
 		base = append(base, "--disable=kubelet")
 	}
+	// These servers run in the host's network namespace, shared with other
+	// tests: their nodes (and agents joining them) run no flannel and no
+	// kube-proxy unless the test asks (the two-node cluster harness runs
+	// both in namespaces of its own: cluster_test.go).
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--flannel-backend") }) {
+		base = append(base, "--flannel-backend=none")
+	}
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--kube-proxy-mode") }) {
+		base = append(base, "--disable=kube-proxy")
+	}
 	return exec.Command(binary, append(base, args...)...)
 }
 

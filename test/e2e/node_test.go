@@ -39,6 +39,7 @@ func nodeServer(t *testing.T, args ...string) (*server, *testcontainerd.Containe
 		"--pause-image", testimage.DefaultPauseName,
 		"--node-name", "edge-1",
 		"--node-ip", testNodeIP(t),
+		"--pod-logs-dir", filepath.Join(dataDir, "pod-logs"),
 	}, kubeletPorts(t)...)
 	nodeArgs = append(nodeArgs, args...)
 	s := startServer(t, dataDir, nodeArgs...)

@@ -85,6 +85,11 @@ func startNodeHost(dataDir string) (h *nodeHost, args []string, err error) {
 		"--node-ip", h.ip,
 		"--kubelet-arg=port=" + strconv.Itoa(ports[0]),
 		"--kubelet-arg=healthz-port=" + strconv.Itoa(ports[1]),
+		// Its own pod log directory (another kubelet on this host removes
+		// what is not its own in /var/log/pods), and no flannel or
+		// kube-proxy rules in the host's network namespace.
+		"--pod-logs-dir", filepath.Join(dataDir, "pod-logs"),
+		"--flannel-backend=none", "--disable=kube-proxy",
 	}
 	return h, args, nil
 }

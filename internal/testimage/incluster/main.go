@@ -1,0 +1,47 @@
+// Command incluster is the tests' in-cluster client: run in a pod, it builds
+// client-go's in-cluster configuration (the service-account token and the
+// kubernetes Service's address from the environment) and lists namespaces,
+// printing one name a line. Tests put it in the busybox image
+// (testimage.Image.Binaries) to check that a pod reaches the API servers
+// through the kubernetes Service.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "incluster:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return err
+	}
+	cfg.Timeout = 10 * time.Second
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	list, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list namespaces through %s: %w", cfg.Host, err)
+	}
+	for _, ns := range list.Items {
+		fmt.Println(ns.Name)
+	}
+	return nil
+}

@@ -1,0 +1,38 @@
+package bootstrap
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/edgeplane/edgeplane/pkg/agent"
+)
+
+// TestPodLogsDir: --pod-logs-dir reaches the kubelet's options; a relative
+// path is refused with the flag's name.
+func TestPodLogsDir(t *testing.T) {
+	for _, tc := range []struct {
+		name, dir, want, wantErr string
+	}{
+		{name: "default", dir: "", want: ""},
+		{name: "absolute", dir: "/var/lib/edgeplane/pod-logs/", want: "/var/lib/edgeplane/pod-logs"},
+		{name: "relative", dir: "logs", wantErr: `--pod-logs-dir "logs" must be an absolute path`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newNodeOptions()
+			o.PodLogsDir = tc.dir
+			c, errs := o.complete("host")
+			if tc.wantErr != "" {
+				if len(errs) != 1 || !strings.Contains(errs[0].Error(), tc.wantErr) {
+					t.Fatalf("errors %v, want %q", errs, tc.wantErr)
+				}
+				return
+			}
+			if len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			if got := c.kubeletOptions(agent.PathsIn("/d"), "unix:///x", "/ca", "cluster.local", nil).PodLogsDir; got != tc.want {
+				t.Fatalf("kubelet PodLogsDir = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
