@@ -2,15 +2,11 @@ package agent
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/edgeplane/edgeplane/pkg/cni"
@@ -104,33 +100,7 @@ func (p *PodNetwork) run(ctx context.Context) {
 	}, recheckInterval)
 }
 
-// waitForClient polls for the node's kubeconfig and builds a client from it.
+// waitForClient waits for the node's kubeconfig and builds a client from it.
 func (p *PodNetwork) waitForClient(ctx context.Context) (kubernetes.Interface, error) {
-	var client kubernetes.Interface
-	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
-		if _, err := os.Stat(p.Kubeconfig); err != nil {
-			return false, nil
-		}
-		cfg, err := clientcmd.BuildConfigFromFlags("", p.Kubeconfig)
-		if err != nil {
-			return false, nil
-		}
-		// TLS bootstrap writes the kubeconfig before the certificate it names.
-		if cfg.CertFile != "" {
-			if _, err := os.Stat(cfg.CertFile); err != nil {
-				return false, nil
-			}
-		}
-		cfg.UserAgent = "edgeplane/pod-network"
-		c, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return false, fmt.Errorf("pod network: %w", err)
-		}
-		client = c
-		return true, nil
-	})
-	if err != nil && !errors.Is(err, context.Canceled) {
-		klog.FromContext(ctx).Error(err, "No client for the pod network writer")
-	}
-	return client, err
+	return WaitForClient(ctx, p.Kubeconfig, "edgeplane/pod-network")
 }
