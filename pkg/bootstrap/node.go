@@ -84,7 +84,11 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 	}
 	images := &agent.Images{Dir: paths.Images, RuntimeEndpoint: rt.Endpoint, Pinned: []string{o.Node.PauseImage}}
 	podnet := &agent.PodNetwork{Node: o.Node.Name, Kubeconfig: paths.Kubeconfig, ConfDir: o.Node.CNIConfDir}
-	for _, c := range []Component{images, k, podnet} {
+	components := []Component{images, k, podnet}
+	if np := networkPolicy(ctx, o.Disabled[componentNetworkPolicy], o.Node.Name, paths.Kubeconfig); np != nil {
+		components = append(components, np)
+	}
+	for _, c := range components {
 		if err := s.mgr.start(ctx, c, stopTimeout); err != nil {
 			return err
 		}
