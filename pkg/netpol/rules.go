@@ -42,8 +42,8 @@ type snapshot struct {
 	policies   []*networkingv1.NetworkPolicy
 }
 
-// chain is one chain of the table and its rules, in order.
-type chain struct {
+// nftChain is one chain of the table and its rules, in order.
+type nftChain struct {
 	name  string
 	hook  knftables.BaseChainHook // empty: a regular chain
 	rules []string
@@ -51,7 +51,7 @@ type chain struct {
 
 // ruleset is the whole table.
 type ruleset struct {
-	chains []chain
+	chains []nftChain
 	// selected counts the local pods with an ingress or egress chain.
 	selected int
 }
@@ -118,7 +118,7 @@ func build(s snapshot) ruleset {
 
 	rs := ruleset{}
 	var ingressJumps, egressJumps []string
-	var podChains []chain
+	var podChains []nftChain
 	for _, p := range peers {
 		if p.Spec.NodeName != s.node {
 			continue
@@ -138,14 +138,14 @@ func build(s snapshot) ruleset {
 		}
 		if len(ing) > 0 {
 			name := podChainName("ingress", p)
-			podChains = append(podChains, chain{name: name, rules: b.ingressRules(p, ing)})
+			podChains = append(podChains, nftChain{name: name, rules: b.ingressRules(p, ing)})
 			for _, ip := range podIPs(p) {
 				ingressJumps = append(ingressJumps, fmt.Sprintf("%s daddr %s jump %s", familyOf(ip), ip, name))
 			}
 		}
 		if len(eg) > 0 {
 			name := podChainName("egress", p)
-			podChains = append(podChains, chain{name: name, rules: b.egressRules(p, eg)})
+			podChains = append(podChains, nftChain{name: name, rules: b.egressRules(p, eg)})
 			for _, ip := range podIPs(p) {
 				egressJumps = append(egressJumps, fmt.Sprintf("%s saddr %s jump %s", familyOf(ip), ip, name))
 			}
@@ -161,17 +161,17 @@ func build(s snapshot) ruleset {
 	// reaches forward or input, so it is allowed, as upstream
 	// implementations allow it.
 	rs.chains = append(rs.chains,
-		chain{name: chainForward, hook: knftables.ForwardHook, rules: []string{
+		nftChain{name: chainForward, hook: knftables.ForwardHook, rules: []string{
 			"ct state established,related accept",
 			"jump " + chainEgress,
 			"jump " + chainIngress,
 		}},
-		chain{name: chainInput, hook: knftables.InputHook, rules: []string{
+		nftChain{name: chainInput, hook: knftables.InputHook, rules: []string{
 			"ct state established,related accept",
 			"jump " + chainEgress,
 		}},
-		chain{name: chainIngress, rules: ingressJumps},
-		chain{name: chainEgress, rules: egressJumps},
+		nftChain{name: chainIngress, rules: ingressJumps},
+		nftChain{name: chainEgress, rules: egressJumps},
 	)
 	rs.chains = append(rs.chains, podChains...)
 	return rs
