@@ -251,6 +251,12 @@ func createPods(t *testing.T, ctx context.Context, admin kubernetes.Interface) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// No controller-manager here to make the default service account
+		// that admission wants.
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns.name}}
+		if _, err := admin.CoreV1().ServiceAccounts(ns.name).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, p := range testPods {
 		c := corev1.Container{Name: "main", Image: "busybox"}
