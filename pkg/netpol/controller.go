@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,6 +66,9 @@ type Controller struct {
 
 	written string    // fingerprint of the table last written
 	lastRun time.Time // end of the last rebuild attempt
+
+	syncs  atomic.Int64 // sync calls done, for tests
+	writes atomic.Int64 // transactions run, for tests
 }
 
 // New validates opts and builds a Controller; nothing runs until Run.
@@ -189,6 +193,7 @@ func (c *Controller) next(ctx context.Context) bool {
 	}
 	err := c.sync(ctx)
 	c.lastRun = time.Now()
+	c.syncs.Add(1)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Writing the network policy table; retrying")
 		c.queue.AddRateLimited(key)
@@ -217,6 +222,7 @@ func (c *Controller) sync(ctx context.Context) error {
 	}
 	tx := c.nft.NewTransaction()
 	rs.transaction(tx)
+	c.writes.Add(1)
 	begin := time.Now()
 	if err := c.nft.Run(ctx, tx); err != nil {
 		c.written = ""

@@ -3,6 +3,9 @@ package netpol
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -239,6 +242,87 @@ func TestEnforcement(t *testing.T) {
 			}
 			waitFlows(t, tn, "after deleting the policies", allOpen)
 		})
+	}
+	t.Run("bridged traffic is filtered only with bridge-nf-call-iptables", func(t *testing.T) {
+		np := policy("deny", web, ingressOnly, nil, nil)
+		if _, err := admin.NetworkingV1().NetworkPolicies(np.Namespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		denied := map[string]bool{}
+		for _, f := range flows {
+			denied[f.String()] = true
+		}
+		for _, d := range []string{"client->web:80", "client->web:8080", "other->web:80", "remote->web:80"} {
+			denied[d] = false
+		}
+		waitFlows(t, tn, "deny all", denied)
+		setBridgeNF(t, tn, "0")
+		// Same-bridge traffic now skips the inet hooks; routed traffic
+		// (from the other "node") is still dropped.
+		bridgedOpen := maps.Clone(denied)
+		bridgedOpen["client->web:80"], bridgedOpen["client->web:8080"], bridgedOpen["other->web:80"] = true, true, true
+		waitFlows(t, tn, "bridge-nf-call-iptables=0", bridgedOpen)
+		setBridgeNF(t, tn, "1")
+		waitFlows(t, tn, "bridge-nf-call-iptables=1", denied)
+		if err := admin.NetworkingV1().NetworkPolicies(np.Namespace).Delete(ctx, np.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFlows(t, tn, "after deleting the policy", allOpen)
+	})
+
+	t.Run("nothing is rewritten when nothing changed; a removed table comes back", func(t *testing.T) {
+		before := tn.listTableHandles()
+		// A change no policy cares about, and resyncs.
+		p, err := admin.CoreV1().Pods("team-b").Get(ctx, "remote", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Annotations = map[string]string{"touched": "yes"}
+		updated, err := admin.CoreV1().Pods("team-b").Update(ctx, p, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writes := ctrl.writes.Load()
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			cached, err := ctrl.pods.Pods("team-b").Get("remote")
+			return err == nil && cached.ResourceVersion == updated.ResourceVersion, nil
+		}); err != nil {
+			t.Fatalf("the controller never saw the update: %v", err)
+		}
+		for range 3 { // and resyncs
+			syncs := ctrl.syncs.Load()
+			ctrl.queue.Add(syncKey)
+			if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				return ctrl.syncs.Load() > syncs, nil
+			}); err != nil {
+				t.Fatalf("no sync: %v", err)
+			}
+		}
+		if ctrl.writes.Load() != writes {
+			t.Errorf("%d table writes though nothing changed", ctrl.writes.Load()-writes)
+		}
+		if after := tn.listTableHandles(); after != before {
+			t.Fatalf("table rewritten though nothing changed:\nbefore:\n%s\nafter:\n%s", before, after)
+		}
+		if out, err := exec.Command("nsenter", "--net=/run/netns/"+tn.node, "--", "nft", "delete", "table", "inet", TableName).CombinedOutput(); err != nil {
+			t.Fatalf("nft delete table: %v: %s", err, out)
+		}
+		ctrl.queue.Add(syncKey) // what the periodic resync does
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return !strings.Contains(tn.listTable(), "nft list table"), nil
+		}); err != nil {
+			t.Fatalf("the removed table was not written again: %v", err)
+		}
+	})
+}
+
+// setBridgeNF sets bridge-nf-call-iptables in the node's namespace.
+func setBridgeNF(t *testing.T, tn *testNet, v string) {
+	t.Helper()
+	if err := inNetns(tn.node, func() error {
+		return os.WriteFile(bridgeSysctls[0], []byte(v+"\n"), 0o644)
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -149,6 +149,16 @@ func (n *testNet) listTable() string {
 	return string(out)
 }
 
+// listTableHandles prints the table with rule handles: a rewrite of the
+// table gives every rule a new handle.
+func (n *testNet) listTableHandles() string {
+	out, err := exec.Command("nsenter", "--net=/run/netns/"+n.node, "--", "nft", "-a", "list", "table", "inet", TableName).CombinedOutput()
+	if err != nil {
+		n.t.Fatalf("nft -a list table: %v: %s", err, out)
+	}
+	return string(out)
+}
+
 // inNetns runs f on an OS thread moved into the named network namespace;
 // sockets f opens stay in it. The thread goes back to its namespace after
 // f, or is retired with the goroutine if it cannot.
