@@ -59,7 +59,9 @@ var flows = []flow{
 
 func port(p int) *intstr.IntOrString { v := intstr.FromInt32(int32(p)); return &v }
 
-func tcp() *corev1.Protocol { p := corev1.ProtocolTCP; return &p }
+func tcp() *corev1.Protocol { return proto(corev1.ProtocolTCP) }
+
+func proto(p corev1.Protocol) *corev1.Protocol { return &p }
 
 func policy(name string, sel map[string]string, types []networkingv1.PolicyType, in []networkingv1.NetworkPolicyIngressRule, out []networkingv1.NetworkPolicyEgressRule) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
@@ -192,6 +194,14 @@ func TestEnforcement(t *testing.T) {
 			Ports: []networkingv1.NetworkPolicyPort{{Port: port(8000), EndPort: func() *int32 { v := int32(8100); return &v }()}},
 		}}, nil)},
 		denied: []string{"client->web:80", "other->web:80", "remote->web:80"},
+	}, {
+		// nft takes the UDP and SCTP rules (the table is written) and they
+		// do not let TCP through.
+		name: "UDP and SCTP ports only",
+		policies: []*networkingv1.NetworkPolicy{policy("udp-sctp", web, ingressOnly, []networkingv1.NetworkPolicyIngressRule{{
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: proto(corev1.ProtocolUDP), Port: port(80)}, {Protocol: proto(corev1.ProtocolSCTP), Port: port(8080)}},
+		}}, nil)},
+		denied: []string{"client->web:80", "client->web:8080", "other->web:80", "remote->web:80"},
 	}, {
 		name:     "deny all egress",
 		policies: []*networkingv1.NetworkPolicy{policy("no-egress", web, egressOnly, nil, nil)},

@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgeplane/edgeplane/internal/testcontainerd"
+	"github.com/edgeplane/edgeplane/internal/testimage"
+)
+
+// netnsNode starts a server that is its own node inside a network namespace
+// the test creates: containerd and the server run there through `nsenter
+// --net` (not `ip netns exec`, which also makes a mount namespace that would
+// hide the kubelet's mounts from containerd), so the pod bridge, the
+// policy table and the sysctls are the namespace's, never the host's. The
+// namespace reaches the host over a veth pair; the server listens on the
+// namespace's end, where the test's clients reach it. It is one function
+// so that a multi-node harness can replace it.
+func netnsNode(t *testing.T, node string, args ...string) *server {
+	t.Helper()
+	testLinkMu.Lock()
+	n := testLinkNext % 250
+	testLinkNext++
+	testLinkMu.Unlock()
+	ns := fmt.Sprintf("ep-np-%d-%d", os.Getpid(), n)
+	host := fmt.Sprintf("epn%dh%d", os.Getpid()%10000, n)
+	hostIP, nodeIP := fmt.Sprintf("10.202.%d.1", n), fmt.Sprintf("10.202.%d.2", n)
+	ipCmd(t, "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	ipCmd(t, "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns)
+	ipCmd(t, "addr", "add", hostIP+"/30", "dev", host)
+	ipCmd(t, "link", "set", host, "up")
+	ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+	ipCmd(t, "-n", ns, "addr", "add", nodeIP+"/30", "dev", "eth0")
+	ipCmd(t, "-n", ns, "link", "set", "eth0", "up")
+	ipCmd(t, "-n", ns, "route", "add", "default", "via", hostIP)
+
+	ctrd := testcontainerd.Start(t, testcontainerd.Options{Netns: ns})
+	dataDir := t.TempDir()
+	unmountUnder(t, dataDir)
+	writeAirgapImages(t, filepath.Join(dataDir, "agent", "images"))
+	nodeArgs := append([]string{
+		"--bind-address", nodeIP,
+		"--container-runtime-endpoint", ctrd.Endpoint,
+		"--cni-conf-dir", ctrd.CNIConfDir,
+		"--pause-image", testimage.DefaultPauseName,
+		"--node-name", node,
+		"--node-ip", nodeIP,
+	}, args...)
+	cmd := command(dataDir, nodeArgs...)
+	cmd = exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--", cmd.Path}, cmd.Args[1:]...)...)
+	s := waitReady(t, launchCmd(t, dataDir, cmd))
+	waitNodeReady(t, s, node)
+	return s
+}
+
+// TestNetworkPolicy: on a real node (kubelet, containerd, busybox pods on
+// the CNI bridge), a NetworkPolicy that denies ingress to a pod stops a
+// client pod's connections to it, and deleting the policy lets them through
+// again. The two pods share the node's bridge, so this also shows that
+// bridged traffic reaches the policy table.
+func TestNetworkPolicy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs containerd, a server and its kubelet in a network namespace")
+	}
+	s := netnsNode(t, "np-1")
+	if out, err := s.kubectl("run", "np-web", "--image="+testimage.DefaultBusyboxName, "--labels=app=np-web", "--",
+		"sh", "-c", "mkdir -p /www; echo served > /www/index.html; exec httpd -f -p 8080 -h /www"); err != nil {
+		t.Fatalf("kubectl run np-web: %v\n%s", err, out)
+	}
+	if out, err := s.kubectl("run", "np-client", "--image="+testimage.DefaultBusyboxName, "--labels=app=np-client", "--",
+		"sleep", "3600"); err != nil {
+		t.Fatalf("kubectl run np-client: %v\n%s", err, out)
+	}
+	web := runningPods(t, s, "np-web", 1)[0]
+	runningPods(t, s, "np-client", 1)
+	url := "http://" + web.Status.PodIP + ":8080/"
+
+	// fetch reports whether the client gets the page within 2 s.
+	fetch := func() (bool, error) {
+		out, err := s.kubectl("exec", "np-client", "--", "wget", "-T", "2", "-q", "-O", "-", url)
+		switch {
+		case err == nil && strings.TrimSpace(out) == "served":
+			return true, nil
+		case strings.Contains(out, "timed out"):
+			return false, nil
+		default:
+			return false, fmt.Errorf("wget %s: %v: %s", url, err, out)
+		}
+	}
+	reachable := func(want bool) func(context.Context) (bool, error) {
+		return func(context.Context) (bool, error) {
+			got, err := fetch()
+			if err != nil {
+				return false, err
+			}
+			return got == want, fmt.Errorf("reachable=%v, want %v", got, want)
+		}
+	}
+	eventually(t, time.Minute, "the client to reach the web pod", reachable(true))
+
+	policy := `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-web, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: np-web}}
+  policyTypes: [Ingress]
+`
+	if out, err := s.kubectlStdin(policy, "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	eventually(t, time.Minute, "the policy to stop the client", reachable(false))
+
+	if out, err := s.kubectl("delete", "networkpolicy", "deny-web"); err != nil {
+		t.Fatalf("kubectl delete networkpolicy: %v\n%s", err, out)
+	}
+	eventually(t, time.Minute, "the client to reach the web pod again", reachable(true))
+}
+
+// kubectlStdin runs kubectl against s with stdin.
+func (s *server) kubectlStdin(stdin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", s.kubeconfig}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
