@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/edgeplane/edgeplane/internal/testcontainerd"
 	"github.com/edgeplane/edgeplane/internal/testimage"
 )
@@ -46,7 +48,9 @@ func netnsNode(t *testing.T, node string, args ...string) *server {
 	unmountUnder(t, dataDir)
 	writeAirgapImages(t, filepath.Join(dataDir, "agent", "images"))
 	nodeArgs := append([]string{
-		"--bind-address", nodeIP,
+		// On every address of the namespace (the controller-manager and
+		// the node dial loopback), its own end of the veth among them.
+		"--bind-address", "0.0.0.0", "--tls-san", nodeIP,
 		"--container-runtime-endpoint", ctrd.Endpoint,
 		"--cni-conf-dir", ctrd.CNIConfDir,
 		"--pause-image", testimage.DefaultPauseName,
@@ -56,6 +60,21 @@ func netnsNode(t *testing.T, node string, args ...string) *server {
 	cmd := command(dataDir, nodeArgs...)
 	cmd = exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--", cmd.Path}, cmd.Args[1:]...)...)
 	s := waitReady(t, launchCmd(t, dataDir, cmd))
+	// The kubeconfig names the namespace's loopback: reach the same port
+	// at the namespace's veth address from here.
+	data, err := os.ReadFile(s.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "https://127.0.0.1:") {
+		t.Fatalf("%s: no https://127.0.0.1: server:\n%s", s.kubeconfig, data)
+	}
+	s.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(s.kubeconfig, []byte(strings.ReplaceAll(string(data), "https://127.0.0.1:", "https://"+nodeIP+":")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.config.Host = strings.Replace(s.config.Host, "127.0.0.1", nodeIP, 1)
+	s.client = kubernetes.NewForConfigOrDie(s.config)
 	waitNodeReady(t, s, node)
 	return s
 }
