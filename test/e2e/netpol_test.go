@@ -43,6 +43,7 @@ func netnsNode(t *testing.T, node string, args ...string) *server {
 	ipCmd(t, "-n", ns, "link", "set", "eth0", "up")
 	ipCmd(t, "-n", ns, "route", "add", "default", "via", hostIP)
 
+	cgroupRoot := testCgroupRoot(t, ns)
 	ctrd := testcontainerd.Start(t, testcontainerd.Options{Netns: ns})
 	dataDir := t.TempDir()
 	unmountUnder(t, dataDir)
@@ -56,6 +57,7 @@ func netnsNode(t *testing.T, node string, args ...string) *server {
 		"--pause-image", testimage.DefaultPauseName,
 		"--node-name", node,
 		"--node-ip", nodeIP,
+		"--kubelet-arg=cgroup-root=" + cgroupRoot,
 	}, args...)
 	cmd := command(dataDir, nodeArgs...)
 	cmd = exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--", cmd.Path}, cmd.Args[1:]...)...)
@@ -89,11 +91,11 @@ func TestNetworkPolicy(t *testing.T) {
 		t.Skip("runs containerd, a server and its kubelet in a network namespace")
 	}
 	s := netnsNode(t, "np-1")
-	if out, err := s.kubectl("run", "np-web", "--image="+testimage.DefaultBusyboxName, "--labels=app=np-web", "--",
+	if out, err := s.kubectl("run", "np-web", "--image="+testimage.DefaultBusyboxName, "--labels=app=np-web", "--command", "--",
 		"sh", "-c", "mkdir -p /www; echo served > /www/index.html; exec httpd -f -p 8080 -h /www"); err != nil {
 		t.Fatalf("kubectl run np-web: %v\n%s", err, out)
 	}
-	if out, err := s.kubectl("run", "np-client", "--image="+testimage.DefaultBusyboxName, "--labels=app=np-client", "--",
+	if out, err := s.kubectl("run", "np-client", "--image="+testimage.DefaultBusyboxName, "--labels=app=np-client", "--command", "--",
 		"sleep", "3600"); err != nil {
 		t.Fatalf("kubectl run np-client: %v\n%s", err, out)
 	}
@@ -101,13 +103,15 @@ func TestNetworkPolicy(t *testing.T) {
 	runningPods(t, s, "np-client", 1)
 	url := "http://" + web.Status.PodIP + ":8080/"
 
-	// fetch reports whether the client gets the page within 2 s.
+	// fetch reports whether the client gets the page within 3 s. (Not
+	// wget -T: this busybox's wget (Debian 1.35.0 static) segfaults with
+	// it; timeout's exit code 143 is the give-up.)
 	fetch := func() (bool, error) {
-		out, err := s.kubectl("exec", "np-client", "--", "wget", "-T", "2", "-q", "-O", "-", url)
+		out, err := s.kubectl("exec", "np-client", "--", "timeout", "3", "wget", "-q", "-O", "-", url)
 		switch {
 		case err == nil && strings.TrimSpace(out) == "served":
 			return true, nil
-		case strings.Contains(out, "timed out"):
+		case err != nil && strings.Contains(out, "exit code 143"):
 			return false, nil
 		default:
 			return false, fmt.Errorf("wget %s: %v: %s", url, err, out)
@@ -150,4 +154,57 @@ func (s *server) kubectlStdin(stdin string, args ...string) (string, error) {
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// testCgroupRoot makes a cgroup of the test's own in every hierarchy and
+// returns it, for the kubelet's cgroup-root: a kubelet removes the pod
+// cgroups under its root that it does not know, so two kubelets of one host
+// sharing the default root (/kubepods) kill each other's pods (seen here:
+// sandboxes stopped a second after they started while another test's
+// kubelet ran). Removed, deepest first, when the test ends.
+func testCgroupRoot(t *testing.T, name string) string {
+	t.Helper()
+	entries, err := os.ReadDir("/sys/fs/cgroup")
+	if err != nil {
+		t.Fatalf("cgroups: %v", err)
+	}
+	seen := map[string]bool{}
+	var made []string
+	t.Cleanup(func() {
+		for _, dir := range made {
+			var all []string
+			_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					all = append(all, p)
+				}
+				return nil
+			})
+			for i := len(all) - 1; i >= 0; i-- {
+				_ = os.Remove(all[i])
+			}
+		}
+	})
+	for _, e := range entries {
+		hier, err := filepath.EvalSymlinks(filepath.Join("/sys/fs/cgroup", e.Name()))
+		if err != nil || seen[hier] {
+			continue
+		}
+		seen[hier] = true
+		if _, err := os.Stat(filepath.Join(hier, "cgroup.procs")); err != nil {
+			continue // not a hierarchy
+		}
+		dir := filepath.Join(hier, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatalf("cgroups: %v", err)
+		}
+		made = append(made, dir)
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} { // empty in a new cpuset cgroup
+			if v, err := os.ReadFile(filepath.Join(hier, f)); err == nil {
+				if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
+					t.Fatalf("cgroups: %v", err)
+				}
+			}
+		}
+	}
+	return "/" + name
 }
