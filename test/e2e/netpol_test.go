@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/edgeplane/edgeplane/internal/testcontainerd"
+	"github.com/edgeplane/edgeplane/internal/testenv"
 	"github.com/edgeplane/edgeplane/internal/testimage"
 )
 
@@ -45,6 +47,13 @@ func netnsNode(t *testing.T, node string, args ...string) *server {
 
 	cgroupRoot := testCgroupRoot(t, ns)
 	ctrd := testcontainerd.Start(t, testcontainerd.Options{Netns: ns})
+	for _, line := range strings.Split(ctrd.Log(), "\n") {
+		if strings.Contains(line, "failed to load plugin io.containerd.grpc.v1.cri") {
+			// Seen when other processes of the host held all of root's
+			// inotify instances (fs.inotify.max_user_instances, 128).
+			testenv.Require(t, "containerd's CRI plugin (with \"too many open files\": free inotify instances or raise fs.inotify.max_user_instances)", errors.New(line))
+		}
+	}
 	dataDir := t.TempDir()
 	unmountUnder(t, dataDir)
 	writeAirgapImages(t, filepath.Join(dataDir, "agent", "images"))
