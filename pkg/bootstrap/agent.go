@@ -35,6 +35,7 @@ type AgentOptions struct {
 	Server     string
 	Token      string
 	CACertHash string
+	Disable    []string
 	Node       NodeOptions
 }
 
@@ -49,6 +50,7 @@ func (o *AgentOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Server, "server", o.Server, "URL of a server of the cluster, https://HOST:6443.")
 	fs.StringVar(&o.Token, "token", o.Token, "Node token, K10<ca-hash>::<id>.<secret>, as `edgeplane token --node` or `edgeplane token create` print on a server (default: $EDGEPLANE_TOKEN).")
 	fs.StringVar(&o.CACertHash, "ca-cert-hash", o.CACertHash, "With a bare <id>.<secret> token (kubeadm's form): the cluster CA's pin, sha256:<hex>, as kubeadm's --discovery-token-ca-cert-hash.")
+	fs.StringSliceVar(&o.Disable, "disable", o.Disable, "Components not to run, comma-separated (repeatable): "+strings.Join(agentDisableable, ", ")+".")
 	o.Node.AddFlags(fs)
 }
 
@@ -57,6 +59,7 @@ type agentCompleted struct {
 	DataDir  string
 	Server   string
 	Token    nodetoken.Token
+	Disabled map[string]bool
 	Node     nodeCompleted
 	problems []error
 }
@@ -98,6 +101,9 @@ func (o *AgentOptions) Complete() (CompletedAgentOptions, error) {
 		}
 		c.Token = t
 	}
+	var disableErrs []error
+	c.Disabled, disableErrs = parseDisableOf(agentDisableable, o.Disable)
+	c.problems = append(c.problems, disableErrs...)
 	hostname, err := defaultHostname()
 	if err != nil {
 		return CompletedAgentOptions{}, err
@@ -165,10 +171,14 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) error {
 	}
 	var mgr manager
 	defer func() { _ = mgr.stopAll(context.WithoutCancel(ctx), stopTimeout) }()
-	for _, c := range append([]Component{
+	components := append([]Component{
 		&agent.Images{Dir: paths.Images, RuntimeEndpoint: rt.Endpoint, Pinned: []string{o.Node.PauseImage}},
 		k,
-	}, network...) {
+	}, network...)
+	if np := networkPolicy(ctx, o.Disabled[componentNetworkPolicy], o.Node.Name, paths.Kubeconfig); np != nil {
+		components = append(components, np)
+	}
+	for _, c := range components {
 		if err := mgr.start(ctx, c, stopTimeout); err != nil {
 			return err
 		}

@@ -16,10 +16,15 @@ const (
 	componentScheduler         = "scheduler"
 )
 
-var disableable = []string{componentControllerManager, componentScheduler, componentKubelet, componentFlannel, componentKubeProxy}
+var disableable = []string{componentControllerManager, componentScheduler, componentKubelet, componentFlannel, componentKubeProxy, componentNetworkPolicy}
 
 // parseDisable turns repeatable, comma-separated --disable values into a set.
 func parseDisable(values []string) (map[string]bool, []error) {
+	return parseDisableOf(disableable, values)
+}
+
+// parseDisableOf is parseDisable for a command whose components are allowed.
+func parseDisableOf(allowed, values []string) (map[string]bool, []error) {
 	set := map[string]bool{}
 	var errs []error
 	for _, v := range values {
@@ -27,10 +32,10 @@ func parseDisable(values []string) (map[string]bool, []error) {
 			name = strings.TrimSpace(name)
 			switch {
 			case name == "":
-			case slices.Contains(disableable, name):
+			case slices.Contains(allowed, name):
 				set[name] = true
 			default:
-				errs = append(errs, fmt.Errorf("--disable %q is not one of: %s", name, strings.Join(disableable, ", ")))
+				errs = append(errs, fmt.Errorf("--disable %q is not one of: %s", name, strings.Join(allowed, ", ")))
 			}
 		}
 	}

@@ -19,11 +19,39 @@ func TestParseDisable(t *testing.T) {
 		{values: []string{"scheduler,,scheduler"}, want: []string{"scheduler"}},
 		{values: []string{"scheduler,kubelet"}, want: []string{"kubelet", "scheduler"}},
 		{values: []string{"flannel,kube-proxy"}, want: []string{"flannel", "kube-proxy"}},
-		{values: []string{"scheduler,telemetry"}, want: []string{"scheduler"}, wantErr: `--disable "telemetry" is not one of: controller-manager, scheduler, kubelet, flannel, kube-proxy`},
+		{values: []string{"network-policy"}, want: []string{"network-policy"}},
+		{values: []string{"scheduler,telemetry"}, want: []string{"scheduler"}, wantErr: `--disable "telemetry" is not one of: controller-manager, scheduler, kubelet, flannel, kube-proxy, network-policy`},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.values, "|"), func(t *testing.T) {
 			got, errs := parseDisable(tc.values)
+			if keys := slices.Sorted(maps.Keys(got)); !slices.Equal(keys, tc.want) {
+				t.Errorf("disabled = %v, want %v", keys, tc.want)
+			}
+			switch {
+			case tc.wantErr == "" && len(errs) > 0:
+				t.Errorf("errors %v", errs)
+			case tc.wantErr != "" && (len(errs) != 1 || errs[0].Error() != tc.wantErr):
+				t.Errorf("errors %v, want %q", errs, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestParseAgentDisable: an agent turns off only what it runs on its own.
+func TestParseAgentDisable(t *testing.T) {
+	cases := []struct {
+		values  []string
+		want    []string
+		wantErr string
+	}{
+		{values: nil, want: nil},
+		{values: []string{"network-policy"}, want: []string{"network-policy"}},
+		{values: []string{"kubelet"}, want: nil, wantErr: `--disable "kubelet" is not one of: network-policy`},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.values, "|"), func(t *testing.T) {
+			got, errs := parseDisableOf(agentDisableable, tc.values)
 			if keys := slices.Sorted(maps.Keys(got)); !slices.Equal(keys, tc.want) {
 				t.Errorf("disabled = %v, want %v", keys, tc.want)
 			}

@@ -100,7 +100,11 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 	if err != nil {
 		return err
 	}
-	for _, c := range append([]Component{images, k}, network...) {
+	components := append([]Component{images, k}, network...)
+	if np := networkPolicy(ctx, o.Disabled[componentNetworkPolicy], o.Node.Name, paths.Kubeconfig); np != nil {
+		components = append(components, np)
+	}
+	for _, c := range components {
 		if err := s.mgr.start(ctx, c, stopTimeout); err != nil {
 			return err
 		}
