@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/edgeplane/edgeplane/pkg/agent"
+	"github.com/edgeplane/edgeplane/pkg/cni"
 )
 
 // ComponentName is the component's name, and its --disable name.
@@ -65,9 +65,12 @@ func (c *Component) Stop(ctx context.Context) error {
 
 func (c *Component) run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	client, err := agent.WaitForClient(ctx, c.Kubeconfig, "edgeplane/"+ComponentName)
+	client, err := cni.WaitForClient(ctx, c.Kubeconfig, "edgeplane/"+ComponentName)
 	if err != nil {
-		return // ctx ended
+		if ctx.Err() == nil {
+			logger.Error(err, "NetworkPolicy is not enforced on this node: no client from the node's kubeconfig")
+		}
+		return
 	}
 	ctrl, err := New(Options{Client: client, NodeName: c.Node})
 	if err != nil {
