@@ -40,13 +40,13 @@ type result struct {
 	ListP50ms        float64 `json:"listPodsP50ms"`
 	ListP99ms        float64 `json:"listPodsP99ms"`
 	FalseNotReady    int     `json:"falseNotReady"`
-	HollowRSSMiB     float64 `json:"hollowRssMiBEach"`
+	HollowPSSMiB     float64 `json:"hollowPssMiBEach"`
 	Load1            float64 `json:"load1"`
 	KillNotReadySec  float64 `json:"killNotReadySeconds,omitempty"`
 }
 
 func (r *result) print(w io.Writer) {
-	fmt.Fprintln(w, "| config | N | pods/node | churn/min | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n) | list pods -A p50/p99 ms | false NotReady | hollow RSS MiB | load1 | killed node NotReady s |")
+	fmt.Fprintln(w, "| config | N | pods/node | churn/min | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n) | list pods -A p50/p99 ms | false NotReady | hollow PSS MiB each | load1 | killed node NotReady s |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	fmt.Fprintln(w, r.row())
 }
@@ -59,7 +59,7 @@ func (r *result) row() string {
 	return fmt.Sprintf("| %s | %d | %d | %d | %.0f | %.0f | %.0f (%.0f) | %.1f | %.1f (%.2f) | %.1f | %.1f / %.1f (%d) | %.0f / %.0f | %d | %.0f | %.1f | %s |",
 		r.Label, r.Nodes, r.PodsPerNode, r.ChurnPerMin, r.NodesReadySec, r.PodsRunningSec, r.RSSMiB, r.PeakRSSMiB, r.CPUPercent,
 		r.WritesMBPerHour, r.WritesPerNodeMBh, r.DatastoreMB, r.LeaseP50ms, r.LeaseP99ms, r.LeasePUTs, r.ListP50ms, r.ListP99ms,
-		r.FalseNotReady, r.HollowRSSMiB, r.Load1, kill)
+		r.FalseNotReady, r.HollowPSSMiB, r.Load1, kill)
 }
 
 func (r *result) appendJSON(path string) error {
@@ -237,15 +237,15 @@ func measureWindow(ctx context.Context, o *driverOptions, cs kubernetes.Interfac
 	res.Load1 = procfs.LoadAvg()
 	lists = sortDurations(lists)
 	res.ListP50ms, res.ListP99ms = ms(percentile(lists, 50)), ms(percentile(lists, 99))
-	var hollowRSS int64
+	var hollowPSS int64
 	pids := f.pids()
 	for _, pid := range pids {
-		if r, err := procfs.RSS(pid); err == nil {
-			hollowRSS += r
+		if r, err := pss(pid); err == nil {
+			hollowPSS += r
 		}
 	}
 	if len(pids) > 0 {
-		res.HollowRSSMiB = float64(hollowRSS) / float64(len(pids)) / (1 << 20)
+		res.HollowPSSMiB = float64(hollowPSS) / float64(len(pids)) / (1 << 20)
 	}
 	// The hollow nodes write their lease latencies every 30 s: wait for one
 	// more write so that the window's end is in the files.

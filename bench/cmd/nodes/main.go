@@ -35,6 +35,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	// The hollow kubelets report go.mod's Kubernetes version, not v0.0.0.
+	_ "github.com/edgeplane/edgeplane/internal/kubeversion"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
 )
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -85,4 +86,24 @@ func readLeaseLatencies(path string, from, to time.Time) ([]time.Duration, error
 		out = append(out, time.Duration(micro)*time.Microsecond)
 	}
 	return out, sc.Err()
+}
+
+// pss is a process's proportional set size (/proc/<pid>/smaps_rollup):
+// pages shared by N processes count 1/N to each, so that N hollow nodes of
+// one binary are not charged N times for its code.
+func pss(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10, err
+			}
+		}
+	}
+	return 0, fmt.Errorf("no Pss in /proc/%d/smaps_rollup", pid)
 }
