@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,10 +46,32 @@ type result struct {
 	KillNotReadySec  float64 `json:"killNotReadySeconds,omitempty"`
 }
 
+const tableHeader = "| config | N | pods/node | churn/min | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n) | list pods -A p50/p99 ms | false NotReady | hollow PSS MiB each | load1 | killed node NotReady s |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+
 func (r *result) print(w io.Writer) {
-	fmt.Fprintln(w, "| config | N | pods/node | churn/min | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n) | list pods -A p50/p99 ms | false NotReady | hollow PSS MiB each | load1 | killed node NotReady s |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, tableHeader)
 	fmt.Fprintln(w, r.row())
+}
+
+// printTable prints the results appended to path (-out) as one table.
+func printTable(w io.Writer, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, tableHeader)
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line == "" {
+			continue
+		}
+		var r result
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return fmt.Errorf("%s line %d: %w", path, i+1, err)
+		}
+		fmt.Fprintln(w, r.row())
+	}
+	return nil
 }
 
 func (r *result) row() string {

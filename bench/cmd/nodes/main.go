@@ -18,6 +18,7 @@
 // the node lifecycle controller marks it NotReady is measured.
 //
 //	nodes -data-dir <edgeplane data dir> -pids PID -n 10 -pods-per-node 10 -duration 5m
+//	nodes -table results.jsonl   (the -out lines of several runs as one table)
 //	nodes -server https://127.0.0.1:6443 -token K10... -kubeconfig admin.kubeconfig -pids P1,P2 ...
 package main
 
@@ -43,6 +44,13 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == hollowFlag {
 		os.Exit(hollowMain(os.Args[2:]))
+	}
+	if len(os.Args) == 3 && os.Args[1] == "-table" {
+		if err := printTable(os.Stdout, os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "nodes:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	o, err := parseOptions(os.Args[1:])
 	if err != nil {
