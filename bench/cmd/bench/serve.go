@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/edgeplane/edgeplane/pkg/controllers"
 	"github.com/edgeplane/edgeplane/pkg/kubeadmcompat"
 	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
@@ -101,6 +102,11 @@ func publishForNodes(ctx context.Context, in *instance, dir string) error {
 		ServiceCIDR: "10.96.0.0/12", ClusterDomain: "cluster.local",
 	}); err != nil {
 		return fmt.Errorf("kubeadm cluster-info and RBAC: %w", err)
+	}
+	// kubeadm's kubelet-bootstrap and node-autoapprove bindings, as
+	// edgeplane's controllers make them.
+	if err := controllers.EnsureNodeBootstrapRBAC(ctx, cs); err != nil {
+		return fmt.Errorf("node bootstrap RBAC: %w", err)
 	}
 	// kubeadm's one CA signs the API server's kubelet client certificate.
 	if err := nodeconfig.Publish(ctx, cs, nodeconfig.Config{ClientCA: caPEM, ClusterDomain: "cluster.local"}); err != nil {
