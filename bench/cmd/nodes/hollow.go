@@ -92,6 +92,9 @@ func runHollow(ctx context.Context, c hollowConfig) error {
 	kc.ReadOnlyPort = 0
 	kc.HealthzPort = 0
 	kc.Address = "127.0.0.1"
+	// The host's iptables belong to the host (and to the other tests on it):
+	// a hollow node has no pod network, so it sets up no chains there.
+	kc.MakeIPTablesUtilChains = false
 
 	// The heartbeat client as the kubelet builds it: no client-side rate
 	// limit, a timeout of the lease duration at most.
