@@ -62,13 +62,8 @@ func runHollow(ctx context.Context, c hollowConfig) error {
 		return fmt.Errorf("hollow node: -token: %w", err)
 	}
 	paths := agent.PathsIn(c.Dir)
-	joinCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	if _, err := agent.Join(joinCtx, agent.JoinConfig{Server: c.Server, Token: tok, NodeName: c.Name, Paths: paths}); err != nil {
-		return fmt.Errorf("hollow node %s: join: %w", c.Name, err)
-	}
-	if err := bootstrap.LoadClientCert(joinCtx, paths.Kubeconfig, paths.BootstrapKubeconfig, paths.CertDir, types.NodeName(c.Name)); err != nil {
-		return fmt.Errorf("hollow node %s: TLS bootstrap: %w", c.Name, err)
+	if err := join(ctx, c, tok, paths); err != nil {
+		return err
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", paths.Kubeconfig)
 	if err != nil {
@@ -142,6 +137,35 @@ func runHollow(ctx context.Context, c hollowConfig) error {
 			}
 		}
 	}
+}
+
+// join runs the agent's join and the kubelet's TLS bootstrap, and starts
+// them again (at most 5 times in 4 minutes, with backoff) when one fails, as
+// systemd restarts an agent whose join failed: agent.Join ends at the first
+// request that times out, and N nodes joining at once on a loaded host meet
+// timeouts (seen with 50 nodes against embedded etcd at load 17-23).
+func join(ctx context.Context, c hollowConfig, tok nodetoken.Token, paths agent.Paths) error {
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	var err error
+	delay := 2 * time.Second
+	for attempt := 1; attempt <= 5; attempt++ {
+		if _, err = agent.Join(ctx, agent.JoinConfig{Server: c.Server, Token: tok, NodeName: c.Name, Paths: paths}); err != nil {
+			err = fmt.Errorf("hollow node %s: join (attempt %d): %w", c.Name, attempt, err)
+		} else if err = bootstrap.LoadClientCert(ctx, paths.Kubeconfig, paths.BootstrapKubeconfig, paths.CertDir, types.NodeName(c.Name)); err != nil {
+			err = fmt.Errorf("hollow node %s: TLS bootstrap (attempt %d): %w", c.Name, attempt, err)
+		} else {
+			return nil
+		}
+		klog.FromContext(ctx).Info("Join failed, starting it again", "err", err.Error(), "after", delay)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay *= 2
+	}
+	return err
 }
 
 // leaseTimer times the heartbeat client's Lease updates.
