@@ -11,7 +11,8 @@
 # CONFIGS: edgeplane-sqlite-small, edgeplane-etcd-small, edgeplane-sqlite,
 # edgeplane-etcd (edgeplane --profile default), upstream-kubeadm (upstream
 # kube-apiserver + etcd + kube-controller-manager + kube-scheduler as
-# bench/cmd/bench runs them; needs bench/bin from bench/run.sh or BUILD=1).
+# bench/cmd/bench runs them; built into bench/bin from go.mod's versions
+# when missing, as bench/run.sh builds them).
 # KILL_AT: for this N, one node is killed at the end and the time to
 # NotReady is measured. Every wait below is bounded.
 set -euo pipefail
@@ -22,9 +23,9 @@ NODES=${NODES:-10 50 100}
 PODS=${PODS:-10}
 CHURN=${CHURN:-0}
 WINDOW=${WINDOW:-3m}
-SETTLE=${SETTLE:-30s}
+SETTLE=${SETTLE:-45s}
 KILL_AT=${KILL_AT:-100}
-CONFIGS=${CONFIGS:-edgeplane-sqlite-small edgeplane-etcd-small}
+CONFIGS=${CONFIGS:-edgeplane-sqlite-small edgeplane-etcd-small upstream-kubeadm}
 OUT=${OUT:-bench/nodes-results.jsonl}
 # Short: the kubelet's and the fake runtime's unix sockets live below it.
 WORK=${WORK:-/tmp/epn-$$}
@@ -38,6 +39,10 @@ go build -ldflags "$ldflags" -o bench/bin/edgeplane ./cmd/edgeplane
 go build -o bench/bin/nodes ./bench/cmd/nodes
 if [[ " $CONFIGS " == *" upstream-"* ]]; then
 	go build -o bench/bin/bench ./bench/cmd/bench
+	for p in kube-apiserver kube-controller-manager kube-scheduler; do
+		[[ -x bench/bin/$p ]] || go build -ldflags "$ldflags" -o "bench/bin/$p" "k8s.io/kubernetes/cmd/$p"
+	done
+	[[ -x bench/bin/etcd ]] || go build -ldflags "$ldflags" -o bench/bin/etcd ./bench/cmd/etcd
 fi
 
 # wait_for FILE PATTERN SECONDS: until FILE has a line matching PATTERN.
