@@ -48,6 +48,13 @@ test-qemu:
 # builds the baseline from go.mod's versions, runs everything side by side on
 # loopback, prints the table and writes bench/RESULTS.md. About 30 min;
 # bench-smoke is a few minutes. BENCH_ARGS go to the driver (bench/run.sh -h).
+# Simulated nodes (bench/nodes.sh, bench/cmd/nodes): N hollow kubelets per
+# configuration, the control plane's cost per node. NODES, PODS, CHURN,
+# WINDOW, CONFIGS, KILL_AT as in bench/nodes.sh. About 6 min per (config, N).
+.PHONY: bench-nodes
+bench-nodes:
+	./bench/nodes.sh
+
 .PHONY: bench bench-smoke
 bench:
 	BENCH_COMMAND="make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" ./bench/run.sh $(BENCH_ARGS)

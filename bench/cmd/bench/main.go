@@ -118,6 +118,15 @@ func allNames() string {
 }
 
 func main() {
+	if len(os.Args) > 1 && slices.Contains(os.Args[1:], "-serve") {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := serveMain(ctx, os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	o, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
+)
+
+// result is one run's figures.
+type result struct {
+	Label            string  `json:"label"`
+	Nodes            int     `json:"nodes"`
+	PodsPerNode      int     `json:"podsPerNode"`
+	ChurnPerMin      int     `json:"churnPerMin"`
+	WindowSeconds    float64 `json:"windowSeconds"`
+	NodesReadySec    float64 `json:"nodesReadySeconds"`
+	PodsRunningSec   float64 `json:"podsRunningSeconds"`
+	RSSMiB           float64 `json:"rssMiB"`
+	PeakRSSMiB       float64 `json:"peakRssMiB"`
+	CPUPercent       float64 `json:"cpuPercent"`
+	WritesMBPerHour  float64 `json:"writesMBPerHour"`
+	WritesPerNodeMBh float64 `json:"writesPerNodeMBPerHour"`
+	DatastoreMB      float64 `json:"datastoreMB"`
+	LeasePUTs        int     `json:"leasePUTs"`
+	LeaseP50ms       float64 `json:"leaseP50ms"`
+	LeaseP99ms       float64 `json:"leaseP99ms"`
+	ListP50ms        float64 `json:"listPodsP50ms"`
+	ListP99ms        float64 `json:"listPodsP99ms"`
+	FalseNotReady    int     `json:"falseNotReady"`
+	HollowPSSMiB     float64 `json:"hollowPssMiBEach"`
+	Load1            float64 `json:"load1"`
+	KillNotReadySec  float64 `json:"killNotReadySeconds,omitempty"`
+}
+
+const tableHeader = "| config | N | pods/node | churn/min | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n) | list pods -A p50/p99 ms | false NotReady | hollow PSS MiB each | load1 | killed node NotReady s |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+
+func (r *result) print(w io.Writer) {
+	fmt.Fprintln(w, tableHeader)
+	fmt.Fprintln(w, r.row())
+}
+
+// printTable prints the results appended to path (-out) as one table.
+func printTable(w io.Writer, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, tableHeader)
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line == "" {
+			continue
+		}
+		var r result
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return fmt.Errorf("%s line %d: %w", path, i+1, err)
+		}
+		fmt.Fprintln(w, r.row())
+	}
+	return nil
+}
+
+func (r *result) row() string {
+	kill := "-"
+	if r.KillNotReadySec > 0 {
+		kill = fmt.Sprintf("%.0f", r.KillNotReadySec)
+	}
+	return fmt.Sprintf("| %s | %d | %d | %d | %.0f | %.0f | %.0f (%.0f) | %.1f | %.1f (%.2f) | %.1f | %.1f / %.1f (%d) | %.0f / %.0f | %d | %.0f | %.1f | %s |",
+		r.Label, r.Nodes, r.PodsPerNode, r.ChurnPerMin, r.NodesReadySec, r.PodsRunningSec, r.RSSMiB, r.PeakRSSMiB, r.CPUPercent,
+		r.WritesMBPerHour, r.WritesPerNodeMBh, r.DatastoreMB, r.LeaseP50ms, r.LeaseP99ms, r.LeasePUTs, r.ListP50ms, r.ListP99ms,
+		r.FalseNotReady, r.HollowPSSMiB, r.Load1, kill)
+}
+
+func (r *result) appendJSON(path string) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// runDriver runs one measurement (see the package comment).
+func runDriver(ctx context.Context, o *driverOptions) (*result, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if o.server == "" {
+		o.server = cfg.Host
+	} else {
+		cfg.Host = o.server
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	dir := o.workDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "hollow-"); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	res := &result{Label: o.label, Nodes: o.n, PodsPerNode: o.podsPerNode, ChurnPerMin: o.churn}
+	f := newFleet(exe, dir, o.server, o.token, o.prefix)
+	defer func() {
+		if err := f.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "nodes:", err)
+		}
+	}()
+
+	start := time.Now()
+	if err := f.startAll(o.n, o.startEvery); err != nil {
+		return nil, err
+	}
+	dead := func() error {
+		for i := range o.n {
+			if !f.alive(i) {
+				return fmt.Errorf("hollow node %s exited:\n%s", f.name(i), f.logTail(i))
+			}
+		}
+		return nil
+	}
+	if err := waitNodesReady(ctx, cs, o.prefix, o.n, 3*time.Minute+time.Duration(o.n)*2*time.Second, dead); err != nil {
+		return nil, err
+	}
+	res.NodesReadySec = time.Since(start).Seconds()
+	fmt.Fprintf(os.Stderr, "nodes: %d nodes Ready in %.0f s\n", o.n, res.NodesReadySec)
+
+	const ns, name = "default", "hollow-load"
+	want := o.n * o.podsPerNode
+	if want > 0 {
+		if _, err := cs.AppsV1().Deployments(ns).Create(ctx, deployment(name, int32(want)), metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("creating the workload: %w", err)
+		}
+		took, _, err := waitRunning(ctx, cs, ns, name, want, 5*time.Minute+time.Duration(want)*100*time.Millisecond)
+		if err != nil {
+			return nil, err
+		}
+		res.PodsRunningSec = took.Seconds()
+		fmt.Fprintf(os.Stderr, "nodes: %d pods Running in %.0f s\n", want, res.PodsRunningSec)
+	}
+
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(o.settle):
+	}
+
+	if err := measureWindow(ctx, o, cs, f, res, ns, name); err != nil {
+		return res, err
+	}
+	if o.kill {
+		d, err := killOne(ctx, cs, f, o.n-1)
+		if err != nil {
+			return res, err
+		}
+		res.KillNotReadySec = d.Seconds()
+	}
+	if want > 0 {
+		// Leave the server as it was found.
+		_ = cs.AppsV1().Deployments(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	}
+	return res, nil
+}
+
+// measureWindow samples the control plane for o.duration.
+func measureWindow(ctx context.Context, o *driverOptions, cs kubernetes.Interface, f *fleet, res *result, ns, name string) error {
+	before, err := readTotals(o.pids)
+	if err != nil {
+		return fmt.Errorf("reading the control plane's processes %v: %w", o.pids, err)
+	}
+	from := time.Now()
+	peak := before.rss
+	var lists []time.Duration
+	notReady := map[string]bool{}
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	end := time.After(o.duration)
+	var churnDebt float64
+	loops := int(o.duration/(10*time.Second)) + 2
+	for i := 0; i < loops; i++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-end:
+			i = loops
+			continue
+		case <-tick.C:
+		}
+		if t, err := readTotals(o.pids); err == nil && t.rss > peak {
+			peak = t.rss
+		}
+		m, err := readyNodes(ctx, cs, o.prefix)
+		if err == nil {
+			for j := range o.n {
+				if s := m[f.name(j)]; s != corev1.ConditionTrue && f.alive(j) {
+					notReady[f.name(j)] = true
+				}
+			}
+		}
+		if i%3 == 0 {
+			if d, _, err := listAllPods(ctx, cs); err == nil {
+				lists = append(lists, d)
+			}
+		}
+		if o.churn > 0 {
+			churnDebt += float64(o.churn) / 6
+			if k := int(churnDebt); k > 0 {
+				if n, err := churnOnce(ctx, cs, ns, name, k); err == nil {
+					churnDebt -= float64(n)
+				}
+			}
+		}
+	}
+	to := time.Now()
+	after, err := readTotals(o.pids)
+	if err != nil {
+		return fmt.Errorf("reading the control plane's processes: %w", err)
+	}
+	window := to.Sub(from)
+	res.WindowSeconds = window.Seconds()
+	res.RSSMiB = float64(after.rss) / (1 << 20)
+	res.PeakRSSMiB = float64(max(peak, after.rss)) / (1 << 20)
+	res.CPUPercent = 100 * (after.cpu - before.cpu).Seconds() / window.Seconds()
+	perHour := float64(after.writeBytes-before.writeBytes) * (float64(time.Hour) / float64(window)) / 1e6
+	res.WritesMBPerHour = perHour
+	res.WritesPerNodeMBh = perHour / float64(o.n)
+	res.DatastoreMB = float64(dirSize(o.datastoreDir)) / 1e6
+	res.FalseNotReady = len(notReady)
+	res.Load1 = procfs.LoadAvg()
+	lists = sortDurations(lists)
+	res.ListP50ms, res.ListP99ms = ms(percentile(lists, 50)), ms(percentile(lists, 99))
+	var hollowPSS int64
+	pids := f.pids()
+	for _, pid := range pids {
+		if r, err := pss(pid); err == nil {
+			hollowPSS += r
+		}
+	}
+	if len(pids) > 0 {
+		res.HollowPSSMiB = float64(hollowPSS) / float64(len(pids)) / (1 << 20)
+	}
+	// The hollow nodes write their lease latencies every 30 s: wait for one
+	// more write so that the window's end is in the files.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(31 * time.Second):
+	}
+	var lat []time.Duration
+	var errs []error
+	for j := range o.n {
+		d, err := readLeaseLatencies(filepath.Join(f.nodeDir(j), leaseLatencyFile), from, to)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		lat = append(lat, d...)
+	}
+	lat = sortDurations(lat)
+	res.LeasePUTs = len(lat)
+	res.LeaseP50ms, res.LeaseP99ms = ms(percentile(lat, 50)), ms(percentile(lat, 99))
+	if len(errs) > 0 {
+		return fmt.Errorf("lease latencies: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// killOne kills node i and times how long until its Ready condition is no
+// longer True (at most 3 minutes).
+func killOne(ctx context.Context, cs kubernetes.Interface, f *fleet, i int) (time.Duration, error) {
+	start := time.Now()
+	if err := f.kill(i); err != nil {
+		return 0, err
+	}
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, false, func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, f.name(i), metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return nodeReady(n) != corev1.ConditionTrue, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("killed node %s still Ready after 3 minutes: %w", f.name(i), err)
+	}
+	return time.Since(start), nil
+}

@@ -1,0 +1,179 @@
+// Command nodes runs N simulated nodes against a running control plane and
+// measures what they cost it. Each node is a kubemark HollowKubelet (the
+// upstream kubelet's code on its fake CRI runtime) in its own process (this
+// binary run again with -hollow: two kubelets in one Go process panic on
+// duplicate metrics registration). A node joins as `edgeplane agent` does:
+// CA discovery with the node token (pkg/agent), then the kubelet's own TLS
+// bootstrap. It heartbeats with the kubelet's default Lease and status
+// settings and runs the pods scheduled to it as fake containers.
+//
+// The driver starts the nodes, waits for them to be Ready, creates a
+// Deployment of N x -pods-per-node pods and times them to Running, then
+// measures the control plane's processes (-pids) over -duration: RSS, CPU,
+// bytes written, datastore size (-datastore-dir), Lease update latency as the
+// hollow kubelets saw it, the latency of listing every pod (what `kubectl
+// get pods -A` asks), and any node NotReady while its process lives. With
+// -churn, that many pods a minute are deleted (and recreated by the
+// Deployment). With -kill, one node is killed at the end and the time until
+// the node lifecycle controller marks it NotReady is measured.
+//
+//	nodes -data-dir <edgeplane data dir> -pids PID -n 10 -pods-per-node 10 -duration 5m
+//	nodes -table results.jsonl   (the -out lines of several runs as one table)
+//	nodes -server https://127.0.0.1:6443 -token K10... -kubeconfig admin.kubeconfig -pids P1,P2 ...
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	// The hollow kubelets report go.mod's Kubernetes version, not v0.0.0.
+	_ "github.com/edgeplane/edgeplane/internal/kubeversion"
+	"github.com/edgeplane/edgeplane/pkg/nodetoken"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == hollowFlag {
+		os.Exit(hollowMain(os.Args[2:]))
+	}
+	if len(os.Args) == 3 && os.Args[1] == "-table" {
+		if err := printTable(os.Stdout, os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "nodes:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	o, err := parseOptions(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nodes:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := runDriver(ctx, o)
+	if res != nil {
+		res.print(os.Stdout)
+		if o.out != "" {
+			if werr := res.appendJSON(o.out); werr != nil {
+				fmt.Fprintln(os.Stderr, "nodes:", werr)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nodes:", err)
+		os.Exit(1)
+	}
+}
+
+// hollowMain is one hollow node: `nodes -hollow -dir D -server URL -name N`
+// with the node token in $EDGEPLANE_HOLLOW_TOKEN.
+func hollowMain(args []string) int {
+	fs := flag.NewFlagSet("hollow", flag.ContinueOnError)
+	var c hollowConfig
+	fs.StringVar(&c.Dir, "dir", "", "the node's directory")
+	fs.StringVar(&c.Server, "server", "", "the server's URL")
+	fs.StringVar(&c.Name, "name", "", "the node's name")
+	klog.InitFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	c.Token = os.Getenv(tokenEnv)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := runHollow(ctx, c); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+type driverOptions struct {
+	dataDir, server, token, kubeconfig string
+	pids                               []int
+	datastoreDir                       string
+	n, podsPerNode, churn              int
+	duration, settle                   time.Duration
+	workDir, prefix, label, out        string
+	kill                               bool
+	startEvery                         time.Duration
+}
+
+func parseOptions(args []string) (*driverOptions, error) {
+	fs := flag.NewFlagSet("nodes", flag.ContinueOnError)
+	o := &driverOptions{}
+	var pids string
+	fs.StringVar(&o.dataDir, "data-dir", "", "an edgeplane server's data dir: its node-token, admin.kubeconfig and server URL")
+	fs.StringVar(&o.server, "server", "", "the server's URL (default: from the admin kubeconfig)")
+	fs.StringVar(&o.token, "token", "", "node token, K10<ca-hash>::<id>.<secret> (default: <data-dir>/node-token)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "admin kubeconfig (default: <data-dir>/admin.kubeconfig)")
+	fs.StringVar(&pids, "pids", "", "comma-separated process ids of the control plane, measured together")
+	fs.StringVar(&o.datastoreDir, "datastore-dir", "", "directory whose size is the datastore's")
+	fs.IntVar(&o.n, "n", 5, "simulated nodes")
+	fs.IntVar(&o.podsPerNode, "pods-per-node", 10, "pods per node")
+	fs.IntVar(&o.churn, "churn", 0, "pods deleted (and recreated by their Deployment) per minute during the window")
+	fs.DurationVar(&o.duration, "duration", 5*time.Minute, "measurement window")
+	fs.DurationVar(&o.settle, "settle", time.Minute, "wait after the pods run, before the window")
+	fs.StringVar(&o.workDir, "work-dir", "", "the nodes' directories (default: a new one under /tmp, removed at the end)")
+	fs.StringVar(&o.prefix, "prefix", "hollow", "node name prefix")
+	fs.StringVar(&o.label, "label", "", "the configuration's name in the table")
+	fs.StringVar(&o.out, "out", "", "append the result as one JSON line to this file")
+	fs.BoolVar(&o.kill, "kill", false, "at the end, kill one node and time its NotReady")
+	fs.DurationVar(&o.startEvery, "start-every", 200*time.Millisecond, "pause between node starts")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	for _, p := range strings.Split(pids, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		pid, err := strconv.Atoi(p)
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("-pids: %q is not a process id", p)
+		}
+		o.pids = append(o.pids, pid)
+	}
+	if o.dataDir != "" {
+		if o.kubeconfig == "" {
+			o.kubeconfig = filepath.Join(o.dataDir, "admin.kubeconfig")
+		}
+		if o.token == "" {
+			t, ok, err := nodetoken.ReadFile(o.dataDir)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, fmt.Errorf("no %s in %s: is the server up?", nodetoken.FileName, o.dataDir)
+			}
+			o.token = t.String()
+		}
+	}
+	var errs []string
+	if o.kubeconfig == "" || o.token == "" {
+		errs = append(errs, "give -data-dir, or -kubeconfig and -token")
+	}
+	if o.n < 1 || o.n > 1000 {
+		errs = append(errs, fmt.Sprintf("-n %d: want 1..1000 (one process of ~30 MB each)", o.n))
+	}
+	if o.podsPerNode < 0 || o.podsPerNode > 100 {
+		errs = append(errs, fmt.Sprintf("-pods-per-node %d: want 0..100 (the hollow kubelet's max-pods is 110)", o.podsPerNode))
+	}
+	if o.churn < 0 {
+		errs = append(errs, "-churn must not be negative")
+	}
+	if o.duration < 10*time.Second || o.duration > 24*time.Hour {
+		errs = append(errs, fmt.Sprintf("-duration %s: want 10s..24h", o.duration))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return o, nil
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/edgeplane/edgeplane/internal/procfs"
+)
+
+// procTotals sums what the control plane's processes used so far.
+type procTotals struct {
+	cpu        time.Duration
+	writeBytes int64
+	rss        int64
+}
+
+func readTotals(pids []int) (procTotals, error) {
+	var t procTotals
+	for _, pid := range pids {
+		cpu, err := procfs.CPUTime(pid)
+		if err != nil {
+			return t, err
+		}
+		io, err := procfs.ReadIO(pid)
+		if err != nil {
+			return t, err
+		}
+		rss, err := procfs.RSS(pid)
+		if err != nil {
+			return t, err
+		}
+		t.cpu += cpu
+		t.writeBytes += io.WriteBytes
+		t.rss += rss
+	}
+	return t, nil
+}
+
+// dirSize is the bytes of the regular files under dir (0 for "").
+func dirSize(dir string) int64 {
+	if dir == "" {
+		return 0
+	}
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			n += info.Size()
+		}
+		return nil
+	})
+	return n
+}
+
+// readLeaseLatencies reads a hollow node's lease latency file and keeps the
+// samples taken in [from, to].
+func readLeaseLatencies(path string, from, to time.Time) ([]time.Duration, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []time.Duration
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		at, us, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		sec, err1 := strconv.ParseInt(at, 10, 64)
+		micro, err2 := strconv.ParseInt(us, 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if t := time.Unix(sec, 0); t.Before(from.Truncate(time.Second)) || t.After(to) {
+			continue
+		}
+		out = append(out, time.Duration(micro)*time.Microsecond)
+	}
+	return out, sc.Err()
+}
+
+// pss is a process's proportional set size (/proc/<pid>/smaps_rollup):
+// pages shared by N processes count 1/N to each, so that N hollow nodes of
+// one binary are not charged N times for its code.
+func pss(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10, err
+			}
+		}
+	}
+	return 0, fmt.Errorf("no Pss in /proc/%d/smaps_rollup", pid)
+}
