@@ -35,6 +35,7 @@ func certOptions(o CompletedOptions, port int) certs.Options {
 		ServiceCIDR:         o.ServiceCIDR,
 		ClusterDomain:       o.ClusterDomain,
 		APIServerPort:       port,
+		APIServerHost:       localServerHost(o.BindAddress),
 		AdminKubeconfigMode: o.KubeconfigMode,
 		LeafValidity:        o.Day2.LeafValidity,
 		EtcdPeerSANs:        o.Cluster.etcdCluster(),

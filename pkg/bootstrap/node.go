@@ -117,14 +117,18 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 // localServerURL is how a component of this process reaches the API: the
 // bind address, or loopback when it listens on every address.
 func localServerURL(bind net.IP, port int) string {
-	host := bind
+	return "https://" + net.JoinHostPort(localServerHost(bind).String(), strconv.Itoa(port))
+}
+
+// localServerHost is the host part of localServerURL.
+func localServerHost(bind net.IP) net.IP {
 	switch {
 	case bind == nil || bind.Equal(net.IPv4zero):
-		host = net.IPv4(127, 0, 0, 1)
+		return net.IPv4(127, 0, 0, 1)
 	case bind.Equal(net.IPv6unspecified):
-		host = net.IPv6loopback
+		return net.IPv6loopback
 	}
-	return "https://" + net.JoinHostPort(host.String(), strconv.Itoa(port))
+	return bind
 }
 
 // adminClient is a client with the admin kubeconfig.

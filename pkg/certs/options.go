@@ -28,6 +28,10 @@ type Options struct {
 	ClusterDomain string
 	// APIServerPort is the secure port kubeconfigs point at (https://127.0.0.1:<port>).
 	APIServerPort int
+	// APIServerHost is the address the kubeconfigs point at, and a serving
+	// SAN: the API server's bind address when it listens on one address
+	// only; nil means 127.0.0.1.
+	APIServerHost net.IP
 	// AdminKubeconfigMode is the mode of admin.kubeconfig; 0600 when zero.
 	AdminKubeconfigMode os.FileMode
 	// Now returns the current time; defaults to time.Now.
@@ -221,6 +225,7 @@ func (o Options) servingSANs() sanSet {
 	s.addIP(net.IPv6loopback)
 	s.addDNS("localhost")
 	s.addIP(o.AdvertiseAddress)
+	s.addIP(o.APIServerHost)
 	s.addDNS("kubernetes")
 	s.addDNS("kubernetes.default")
 	s.addDNS("kubernetes.default.svc")

@@ -185,7 +185,11 @@ func ensure(ctx context.Context, o Options) (*PKI, []string, error) {
 		}
 	}
 
-	server := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(o.APIServerPort))
+	host := "127.0.0.1"
+	if o.APIServerHost != nil {
+		host = o.APIServerHost.String()
+	}
+	server := "https://" + net.JoinHostPort(host, strconv.Itoa(o.APIServerPort))
 	for _, k := range []struct {
 		path string
 		spec *leafSpec
