@@ -18,7 +18,8 @@ func TestParseDisable(t *testing.T) {
 		{values: []string{"scheduler", " controller-manager "}, want: []string{"controller-manager", "scheduler"}},
 		{values: []string{"scheduler,,scheduler"}, want: []string{"scheduler"}},
 		{values: []string{"scheduler,kubelet"}, want: []string{"kubelet", "scheduler"}},
-		{values: []string{"scheduler,telemetry"}, want: []string{"scheduler"}, wantErr: `--disable "telemetry" is not one of: controller-manager, scheduler, kubelet`},
+		{values: []string{"coredns", "servicelb"}, want: []string{"coredns", "servicelb"}},
+		{values: []string{"scheduler,telemetry"}, want: []string{"scheduler"}, wantErr: `--disable "telemetry" is not one of: controller-manager, scheduler, kubelet, coredns, servicelb`},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.values, "|"), func(t *testing.T) {

@@ -38,7 +38,7 @@ func (s *server) publishNodeConfig(ctx context.Context, o CompletedOptions) erro
 		return err
 	}
 	return retryTransient(ctx, "publishing the node settings", func(ctx context.Context) error {
-		return nodeconfig.Publish(ctx, client, nodeconfig.Config{ClientCA: ca, ClusterDomain: o.ClusterDomain})
+		return nodeconfig.Publish(ctx, client, nodeconfig.Config{ClientCA: ca, ClusterDomain: o.ClusterDomain, ClusterDNS: []net.IP{o.ClusterDNS}})
 	})
 }
 
@@ -77,7 +77,7 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 	if _, err := certs.EnsureNodeClient(ctx, s.pki, o.Node.Name, paths.CertDir, paths.Kubeconfig, localServerURL(o.BindAddress, port)); err != nil {
 		return err
 	}
-	kopts := o.Node.kubeletOptions(paths, rt.Endpoint, s.pki.ClientCA.Cert, o.ClusterDomain, nil)
+	kopts := o.Node.kubeletOptions(paths, rt.Endpoint, s.pki.ClientCA.Cert, o.ClusterDomain, []net.IP{o.ClusterDNS})
 	k, err := kubelet.New(kopts)
 	if err != nil {
 		return err

@@ -290,14 +290,24 @@ func resourceVersions(t *testing.T, ctx context.Context, cs kubernetes.Interface
 	t.Helper()
 	var out []string
 	for _, get := range []func() (metav1.Object, error){
-		func() (metav1.Object, error) { return cs.CoreV1().ServiceAccounts("kube-system").Get(ctx, "coredns", metav1.GetOptions{}) },
-		func() (metav1.Object, error) { return cs.RbacV1().ClusterRoles().Get(ctx, "system:coredns", metav1.GetOptions{}) },
+		func() (metav1.Object, error) {
+			return cs.CoreV1().ServiceAccounts("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		},
+		func() (metav1.Object, error) {
+			return cs.RbacV1().ClusterRoles().Get(ctx, "system:coredns", metav1.GetOptions{})
+		},
 		func() (metav1.Object, error) {
 			return cs.RbacV1().ClusterRoleBindings().Get(ctx, "system:coredns", metav1.GetOptions{})
 		},
-		func() (metav1.Object, error) { return cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns", metav1.GetOptions{}) },
-		func() (metav1.Object, error) { return cs.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{}) },
-		func() (metav1.Object, error) { return cs.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{}) },
+		func() (metav1.Object, error) {
+			return cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		},
+		func() (metav1.Object, error) {
+			return cs.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		},
+		func() (metav1.Object, error) {
+			return cs.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+		},
 	} {
 		o, err := get()
 		if err != nil {
