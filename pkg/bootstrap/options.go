@@ -110,21 +110,21 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // completedOptions holds defaulted and parsed options. It is private so that
 // only Complete can make one.
 type completedOptions struct {
-	DataDir            string
-	Datastore          string
-	SQLiteSynchronous  string
-	BindAddress        net.IP
-	HTTPSPort          int
-	AdvertiseAddress   net.IP
-	Hostname           string
-	TLSSANs            []string
-	ServiceCIDR        *net.IPNet
+	DataDir           string
+	Datastore         string
+	SQLiteSynchronous string
+	BindAddress       net.IP
+	HTTPSPort         int
+	AdvertiseAddress  net.IP
+	Hostname          string
+	TLSSANs           []string
+	ServiceCIDR       *net.IPNet
 	// ClusterDNS is the cluster DNS Service's address, the tenth of the
 	// service CIDR: the kube-dns Service's ClusterIP and every kubelet's
 	// clusterDNS.
-	ClusterDNS    net.IP
-	ClusterDomain string
-	CoreDNSImage  string
+	ClusterDNS         net.IP
+	ClusterDomain      string
+	CoreDNSImage       string
 	WriteKubeconfig    string
 	KubeconfigMode     os.FileMode
 	CompactionInterval time.Duration
