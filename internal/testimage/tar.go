@@ -10,8 +10,9 @@ import (
 )
 
 // rootfs is the image's one layer, uncompressed: bin/busybox, its applet
-// links, and the few files and directories a shell and a pod expect.
-func rootfs(busybox []byte) ([]byte, error) {
+// links, the few files and directories a shell and a pod expect, and the
+// image's extra files.
+func rootfs(busybox []byte, extra []File) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := []struct {
@@ -44,6 +45,11 @@ func rootfs(busybox []byte) ([]byte, error) {
 	}
 	for _, f := range files {
 		if err := writeFile(tw, f.name, 0o644, []byte(f.body)); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range extra {
+		if err := writeFile(tw, strings.TrimPrefix(f.Path, "/"), f.Mode, f.Body); err != nil {
 			return nil, err
 		}
 	}

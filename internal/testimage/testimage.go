@@ -71,6 +71,16 @@ type Image struct {
 	// BusyboxPath is the static busybox binary to put in; empty means
 	// DefaultBusyboxPath.
 	BusyboxPath string
+	// Files are put into the layer besides busybox (e.g. a server binary).
+	Files []File
+}
+
+// File is a regular file of an image's layer.
+type File struct {
+	// Path is relative to the root, e.g. "coredns" or "bin/x".
+	Path string
+	Mode int64
+	Body []byte
 }
 
 // Busybox is the workload image: busybox with sh as its entrypoint.
@@ -161,7 +171,7 @@ func Build(img Image) (*Layout, error) {
 		return nil, errors.Join(errs...)
 	}
 
-	layerTar, err := rootfs(busybox)
+	layerTar, err := rootfs(busybox, img.Files)
 	if err != nil {
 		return nil, err
 	}
