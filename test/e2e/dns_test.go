@@ -21,10 +21,10 @@ import (
 // and CoreDNS answers for Services by name.
 //
 // Without kube-proxy (not on this branch) no ClusterIP answers, so: the
-// server serves the API on the node's address and the test points CoreDNS's
+// server serves the API on the node's address too and the test points CoreDNS's
 // in-cluster client at it (KUBERNETES_SERVICE_HOST/PORT, which a
 // container's own env overrides), and the client pod asks the CoreDNS pod's
-// IP. Once kube-proxy runs on the node, drop bindNodeIP and the `set env`
+// IP. Once kube-proxy runs on the node, drop apiOnNodeIP and the `set env`
 // step, and ask 10.43.0.10 (or just `nslookup kubernetes.default`, through
 // resolv.conf) instead of the pod IP.
 func TestClusterDNS(t *testing.T) {
@@ -42,7 +42,7 @@ func TestClusterDNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _, _ := nodeServerWith(t, nodeServerOptions{images: []testimage.Image{img}, bindNodeIP: true},
+	s, _, _ := nodeServerWith(t, nodeServerOptions{images: []testimage.Image{img}, apiOnNodeIP: true},
 		"--coredns-image", testimage.DefaultCoreDNSName)
 
 	eventually(t, time.Minute, "the packaged coredns Deployment", func(ctx context.Context) (bool, error) {
@@ -53,8 +53,18 @@ func TestClusterDNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	node, err := s.client.CoreV1().Nodes().Get(context.Background(), "edge-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodeIP string
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			nodeIP = a.Address
+		}
+	}
 	if out, err := s.kubectl("-n", "kube-system", "set", "env", "deployment/coredns",
-		"KUBERNETES_SERVICE_HOST="+api.Hostname(), "KUBERNETES_SERVICE_PORT="+api.Port()); err != nil {
+		"KUBERNETES_SERVICE_HOST="+nodeIP, "KUBERNETES_SERVICE_PORT="+api.Port()); err != nil {
 		t.Fatalf("kubectl set env: %v\n%s", err, out)
 	}
 

@@ -36,9 +36,12 @@ func nodeServer(t *testing.T, args ...string) (*server, *testcontainerd.Containe
 type nodeServerOptions struct {
 	// images go into the airgap directory besides busybox and pause.
 	images []testimage.Image
-	// bindNodeIP serves the API on the node's address instead of
-	// loopback, so that pods reach it (the server's certificate names it).
-	bindNodeIP bool
+	// apiOnNodeIP serves the API on every address (not only loopback)
+	// and advertises the node's, so that pods reach it there (the serving
+	// certificate names the advertise address). A bind address of the node
+	// IP itself would not do: the in-process controllers' kubeconfigs name
+	// 127.0.0.1 (pkg/certs).
+	apiOnNodeIP bool
 }
 
 func nodeServerWith(t *testing.T, o nodeServerOptions, args ...string) (*server, *testcontainerd.Containerd, []string) {
@@ -55,8 +58,8 @@ func nodeServerWith(t *testing.T, o nodeServerOptions, args ...string) (*server,
 		"--node-name", "edge-1",
 		"--node-ip", nodeIP,
 	}, kubeletPorts(t)...)
-	if o.bindNodeIP {
-		nodeArgs = append(nodeArgs, "--bind-address", nodeIP)
+	if o.apiOnNodeIP {
+		nodeArgs = append(nodeArgs, "--bind-address", "0.0.0.0", "--advertise-address", nodeIP)
 	}
 	nodeArgs = append(nodeArgs, args...)
 	s := startServer(t, dataDir, nodeArgs...)
