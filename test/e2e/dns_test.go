@@ -42,8 +42,14 @@ func TestClusterDNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The pods' cgroups stay out of /kubepods: a kubelet of another test on
+	// this host kills the processes of pod cgroups there that it does not
+	// know (its orphaned-pod cgroup cleanup); a first run lost the CoreDNS
+	// and client sandboxes that way ("namespace path: lstat
+	// /proc/<pause>/ns/ipc: no such file"), as agentKubeletArgs explains.
 	s, _, _ := nodeServerWith(t, nodeServerOptions{images: []testimage.Image{img}, apiOnNodeIP: true},
-		"--coredns-image", testimage.DefaultCoreDNSName)
+		"--coredns-image", testimage.DefaultCoreDNSName,
+		"--kubelet-arg=cgroups-per-qos=false", "--kubelet-arg=enforce-node-allocatable=")
 
 	eventually(t, time.Minute, "the packaged coredns Deployment", func(ctx context.Context) (bool, error) {
 		_, err := s.client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
