@@ -44,9 +44,11 @@ func TestClusterDNS(t *testing.T) {
 	}
 	// The pods' cgroups stay out of /kubepods: a kubelet of another test on
 	// this host kills the processes of pod cgroups there that it does not
-	// know (its orphaned-pod cgroup cleanup); a first run lost the CoreDNS
-	// and client sandboxes that way ("namespace path: lstat
-	// /proc/<pause>/ns/ipc: no such file"), as agentKubeletArgs explains.
+	// know (its orphaned-pod cgroup cleanup), as agentKubeletArgs says. A
+	// first run lost its CoreDNS and client sandboxes at once ("namespace
+	// path: lstat /proc/<pause>/ns/ipc: no such file") while another
+	// worktree's e2e test ran kubelets on this host; with these flags it
+	// passed.
 	s, _, _ := nodeServerWith(t, nodeServerOptions{images: []testimage.Image{img}, apiOnNodeIP: true},
 		"--coredns-image", testimage.DefaultCoreDNSName,
 		"--kubelet-arg=cgroups-per-qos=false", "--kubelet-arg=enforce-node-allocatable=")
