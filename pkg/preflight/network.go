@@ -1,12 +1,14 @@
 package preflight
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
@@ -31,7 +33,8 @@ type NetworkFacts struct {
 	// IPForward is /proc/sys/net/ipv4/ip_forward.
 	IPForward string
 	// NFT and IPTables are the tools' paths ("" when not found); NFTables
-	// says the kernel has nf_tables (loaded or built in).
+	// says the kernel has nf_tables (a module loaded or built in, or nft
+	// lists the tables).
 	NFT, IPTables string
 	NFTables      bool
 	// VXLAN says the kernel has the vxlan driver, loaded or loadable.
@@ -60,6 +63,13 @@ func GatherNetwork(procDir, sysDir string, nodeIP net.IP, disabled bool) Network
 	}
 	f.NFT, _ = exec.LookPath("nft")
 	f.IPTables, _ = exec.LookPath("iptables")
+	if !f.NFTables && f.NFT != "" {
+		// A built-in nf_tables need not show in /sys/module; listing the
+		// tables (a read) tells.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		f.NFTables = exec.CommandContext(ctx, f.NFT, "list", "tables").Run() == nil
+		cancel()
+	}
 	if nodeIP == nil {
 		ip, err := utilnet.ChooseHostInterface()
 		if err != nil {
@@ -174,5 +184,5 @@ func nftMissing(f NetworkFacts) string {
 	if f.NFT == "" {
 		return "tool not found (apt-get install nftables to use it)"
 	}
-	return "not in the kernel"
+	return "does not answer (nf_tables missing from the kernel?)"
 }
