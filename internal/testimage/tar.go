@@ -10,9 +10,9 @@ import (
 )
 
 // rootfs is the image's one layer, uncompressed: bin/busybox, its applet
-// links, the extra binaries (bin/<name>), and the few files and
-// directories a shell and a pod expect.
-func rootfs(busybox []byte, extra map[string][]byte) ([]byte, error) {
+// links, the few files and directories a shell and a pod expect, and the
+// image's extra files.
+func rootfs(busybox []byte, extra []File) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := []struct {
@@ -30,19 +30,6 @@ func rootfs(busybox []byte, extra map[string][]byte) ([]byte, error) {
 	if err := writeFile(tw, "bin/busybox", 0o755, busybox); err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(extra))
-	for n := range extra {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if n == "busybox" || strings.Contains(n, "/") {
-			return nil, fmt.Errorf("testimage: extra binary name %q is not allowed", n)
-		}
-		if err := writeFile(tw, "bin/"+n, 0o755, extra[n]); err != nil {
-			return nil, err
-		}
-	}
 	applets := append([]string(nil), Applets...)
 	sort.Strings(applets)
 	for _, a := range applets {
@@ -58,6 +45,11 @@ func rootfs(busybox []byte, extra map[string][]byte) ([]byte, error) {
 	}
 	for _, f := range files {
 		if err := writeFile(tw, f.name, 0o644, []byte(f.body)); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range extra {
+		if err := writeFile(tw, strings.TrimPrefix(f.Path, "/"), f.Mode, f.Body); err != nil {
 			return nil, err
 		}
 	}

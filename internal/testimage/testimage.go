@@ -71,9 +71,16 @@ type Image struct {
 	// BusyboxPath is the static busybox binary to put in; empty means
 	// DefaultBusyboxPath.
 	BusyboxPath string
-	// Binaries are extra executables put in bin/ under their base names,
-	// read from the given host paths (a static test client, say).
-	Binaries []string
+	// Files are put into the layer besides busybox (e.g. a server binary).
+	Files []File
+}
+
+// File is a regular file of an image's layer.
+type File struct {
+	// Path is relative to the root, e.g. "coredns" or "bin/x".
+	Path string
+	Mode int64
+	Body []byte
 }
 
 // Busybox is the workload image: busybox with sh as its entrypoint.
@@ -164,15 +171,7 @@ func Build(img Image) (*Layout, error) {
 		return nil, errors.Join(errs...)
 	}
 
-	extra := map[string][]byte{}
-	for _, p := range img.Binaries {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("testimage: extra binary: %w", err)
-		}
-		extra[filepath.Base(p)] = b
-	}
-	layerTar, err := rootfs(busybox, extra)
+	layerTar, err := rootfs(busybox, img.Files)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ const (
 	componentScheduler         = "scheduler"
 )
 
-var disableable = []string{componentControllerManager, componentScheduler, componentKubelet, componentFlannel, componentKubeProxy, componentNetworkPolicy}
+var disableable = []string{componentControllerManager, componentScheduler, componentKubelet, componentFlannel, componentKubeProxy, componentNetworkPolicy, componentCoreDNS, componentServiceLB}
 
 // parseDisable turns repeatable, comma-separated --disable values into a set.
 func parseDisable(values []string) (map[string]bool, []error) {

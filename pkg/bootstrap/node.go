@@ -39,7 +39,7 @@ func (s *server) publishNodeConfig(ctx context.Context, o CompletedOptions) erro
 		return err
 	}
 	nc := nodeconfig.Config{
-		ClientCA: ca, ClusterDomain: o.ClusterDomain,
+		ClientCA: ca, ClusterDomain: o.ClusterDomain, ClusterDNS: []net.IP{o.ClusterDNS},
 		ClusterCIDR: o.ClusterCIDR, FlannelBackend: o.Network.FlannelBackend, KubeProxyMode: o.Network.KubeProxyMode,
 	}
 	if err := retryTransient(ctx, "publishing the node settings", func(ctx context.Context) error {
@@ -90,7 +90,7 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 	if _, err := certs.EnsureNodeClient(ctx, s.pki, o.Node.Name, paths.CertDir, paths.Kubeconfig, localServerURL(o.BindAddress, port)); err != nil {
 		return err
 	}
-	kopts := o.Node.kubeletOptions(paths, rt.Endpoint, s.pki.ClientCA.Cert, o.ClusterDomain, nil)
+	kopts := o.Node.kubeletOptions(paths, rt.Endpoint, s.pki.ClientCA.Cert, o.ClusterDomain, []net.IP{o.ClusterDNS})
 	k, err := kubelet.New(kopts)
 	if err != nil {
 		return err

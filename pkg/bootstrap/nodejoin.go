@@ -61,8 +61,9 @@ func (s *server) startNodeJoin(ctx context.Context, o CompletedOptions) error {
 		ServiceCIDR:       o.ServiceCIDR.String(),
 		PodCIDR:           o.ClusterCIDR,
 		ClusterDomain:     o.ClusterDomain,
-		// No cluster DNS Service yet: nodes keep the host's resolver.
-		ClusterDNS: nil,
+		// The kube-dns Service's address (packaged CoreDNS, or the user's
+		// own DNS at that address with --disable=coredns).
+		ClusterDNS: []net.IP{o.ClusterDNS},
 	}
 	if errs := compat.Validate(); len(errs) > 0 {
 		return fmt.Errorf("node join: %v", errs)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/pkg/controllers"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
+	"github.com/edgeplane/edgeplane/pkg/manifests"
 	"github.com/edgeplane/edgeplane/pkg/preflight"
 )
 
@@ -34,6 +35,7 @@ type Options struct {
 	TLSSANs             []string
 	ServiceCIDR         string
 	ClusterDomain       string
+	CoreDNSImage        string
 	WriteKubeconfig     string
 	WriteKubeconfigMode string
 	CompactionInterval  time.Duration
@@ -58,6 +60,7 @@ func NewOptions() *Options {
 		HTTPSPort:           6443,
 		ServiceCIDR:         "10.43.0.0/16",
 		ClusterDomain:       "cluster.local",
+		CoreDNSImage:        manifests.DefaultCoreDNSImage,
 		WriteKubeconfigMode: "0600",
 		CompactionInterval:  5 * time.Minute,
 		ClusterCIDR:         controllers.DefaultClusterCIDR,
@@ -92,6 +95,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.TLSSANs, "tls-san", o.TLSSANs, "Extra IP address or DNS name for the serving certificate (repeatable).")
 	fs.StringVar(&o.ServiceCIDR, "service-cidr", o.ServiceCIDR, "CIDR that Service cluster IPs are allocated from.")
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", o.ClusterDomain, "Cluster DNS domain.")
+	fs.StringVar(&o.CoreDNSImage, "coredns-image", o.CoreDNSImage, "CoreDNS image of the packaged DNS manifest (pulled if not present; an image in the airgap images directory is used as is).")
 	fs.StringVar(&o.WriteKubeconfig, "write-kubeconfig", o.WriteKubeconfig, "Also write the admin kubeconfig to this path.")
 	fs.StringVar(&o.WriteKubeconfigMode, "write-kubeconfig-mode", o.WriteKubeconfigMode, "File mode (octal) of the admin kubeconfig files.")
 	fs.DurationVar(&o.CompactionInterval, "compaction-interval", o.CompactionInterval, "How often the API server compacts old revisions in the datastore (0 turns it off; see docs/FLASH.md).")
@@ -109,16 +113,21 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // completedOptions holds defaulted and parsed options. It is private so that
 // only Complete can make one.
 type completedOptions struct {
-	DataDir            string
-	Datastore          string
-	SQLiteSynchronous  string
-	BindAddress        net.IP
-	HTTPSPort          int
-	AdvertiseAddress   net.IP
-	Hostname           string
-	TLSSANs            []string
-	ServiceCIDR        *net.IPNet
+	DataDir           string
+	Datastore         string
+	SQLiteSynchronous string
+	BindAddress       net.IP
+	HTTPSPort         int
+	AdvertiseAddress  net.IP
+	Hostname          string
+	TLSSANs           []string
+	ServiceCIDR       *net.IPNet
+	// ClusterDNS is the cluster DNS Service's address, the tenth of the
+	// service CIDR: the kube-dns Service's ClusterIP and every kubelet's
+	// clusterDNS.
+	ClusterDNS         net.IP
 	ClusterDomain      string
+	CoreDNSImage       string
 	WriteKubeconfig    string
 	KubeconfigMode     os.FileMode
 	CompactionInterval time.Duration
@@ -155,6 +164,7 @@ func (o *Options) Complete() (CompletedOptions, error) {
 		SQLiteSynchronous: strings.ToLower(strings.TrimSpace(o.SQLiteSynchronous)),
 		HTTPSPort:         o.HTTPSPort,
 		ClusterDomain:     o.ClusterDomain,
+		CoreDNSImage:      strings.TrimSpace(o.CoreDNSImage),
 		WriteKubeconfig:   o.WriteKubeconfig,
 
 		ClusterCIDR:       strings.TrimSpace(o.ClusterCIDR),
@@ -205,6 +215,9 @@ func (o *Options) Complete() (CompletedOptions, error) {
 		bad("--service-cidr %q is not a CIDR: %v", o.ServiceCIDR, err)
 	} else {
 		c.ServiceCIDR = cidr
+		if c.ClusterDNS, err = manifests.DNSServiceIP(cidr); err != nil {
+			c.problems = append(c.problems, err)
+		}
 	}
 	c.HostMemory = preflight.HostMemory()
 	if name, err := ResolveProfile(o.Profile, c.HostMemory); err != nil {
@@ -272,6 +285,9 @@ func (c CompletedOptions) Validate() []error {
 		if len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("--tls-san %q is neither an IP address nor a DNS name: %s", san, strings.Join(msgs, "; ")))
 		}
+	}
+	if c.CoreDNSImage == "" && !c.Disabled[componentCoreDNS] {
+		errs = append(errs, errors.New("--coredns-image must not be empty (or pass --disable=coredns)"))
 	}
 	if msgs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--cluster-domain %q: %s", c.ClusterDomain, strings.Join(msgs, "; ")))

@@ -165,6 +165,7 @@ func (s *server) startAfterChain(ctx context.Context, o CompletedOptions, port i
 		func() error { return s.startNodeJoin(ctx, o) }, // cluster-info, kubeadm's ConfigMaps, the default node token
 		func() error { return etcdJoin.publish(ctx, s.pki) },
 		func() error { return s.publishNodeConfig(ctx, o) },
+		func() error { return s.startAddons(ctx, o) }, // manifests (CoreDNS), servicelb
 		func() error { return s.grantNetworkPolicy(ctx, o) },
 		func() error { return s.startNode(ctx, o, port) },
 		s.kubeconfig.write,

@@ -33,7 +33,7 @@ func TestCheck(t *testing.T) {
 		wantCode bool // non-zero
 		want     []string
 	}{
-		{name: "free port", args: []string{"--bind-address", "127.0.0.1", "--https-port", "0"}, want: []string{"ok      clock:", "ok      port:", "data-dir:", "disk:", "memory:", "cgroup:", "kernel:", "limits:"}},
+		{name: "free port", args: []string{"--bind-address", "127.0.0.1", "--https-port", "0"}, want: []string{"ok      clock:", "ok      port:", "data-dir:", "disk:", "memory:", "cgroup:", "kernel:", "limits:", "ip_forward:", "packet-filter:", "vxlan:", "mtu:"}},
 		{name: "busy port flag", args: []string{"--bind-address", "127.0.0.1", "--https-port", port}, wantCode: true, want: []string{"BLOCKER port: 127.0.0.1:" + port + " is in use"}},
 		{name: "busy port from config", args: []string{"--config", cfg}, wantCode: true, want: []string{"BLOCKER port: 127.0.0.1:" + port}},
 		{name: "flag beats config", args: []string{"--config", cfg, "--https-port", "0"}, want: []string{"ok      port:"}},

@@ -92,8 +92,12 @@ func clusterImages(t *testing.T, dir string) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	client, err := os.ReadFile(buildInClusterClient(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	bb := testimage.Busybox()
-	bb.Binaries = []string{buildInClusterClient(t)}
+	bb.Files = append(bb.Files, testimage.File{Path: "bin/incluster", Mode: 0o755, Body: client})
 	for _, img := range []testimage.Image{bb, testimage.Pause()} {
 		if _, err := testimage.Write(dir, img); err != nil {
 			t.Fatal(err)

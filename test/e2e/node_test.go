@@ -29,18 +29,39 @@ import (
 // be Ready.
 func nodeServer(t *testing.T, args ...string) (*server, *testcontainerd.Containerd, []string) {
 	t.Helper()
+	return nodeServerWith(t, nodeServerOptions{}, args...)
+}
+
+// nodeServerOptions vary nodeServer.
+type nodeServerOptions struct {
+	// images go into the airgap directory besides busybox and pause.
+	images []testimage.Image
+	// apiOnNodeIP serves the API on every address (not only loopback)
+	// and advertises the node's, so that pods reach it there (the serving
+	// certificate names the advertise address). A bind address of the node
+	// IP itself would not do: the in-process controllers' kubeconfigs name
+	// 127.0.0.1 (pkg/certs).
+	apiOnNodeIP bool
+}
+
+func nodeServerWith(t *testing.T, o nodeServerOptions, args ...string) (*server, *testcontainerd.Containerd, []string) {
+	t.Helper()
 	ctrd := testcontainerd.Start(t, testcontainerd.Options{})
 	dataDir := t.TempDir()
 	unmountUnder(t, dataDir)
-	writeAirgapImages(t, filepath.Join(dataDir, "agent", "images"))
+	writeAirgapImages(t, filepath.Join(dataDir, "agent", "images"), o.images...)
+	nodeIP := testNodeIP(t)
 	nodeArgs := append([]string{
 		"--container-runtime-endpoint", ctrd.Endpoint,
 		"--cni-conf-dir", ctrd.CNIConfDir,
 		"--pause-image", testimage.DefaultPauseName,
 		"--node-name", "edge-1",
-		"--node-ip", testNodeIP(t),
+		"--node-ip", nodeIP,
 		"--pod-logs-dir", filepath.Join(dataDir, "pod-logs"),
 	}, kubeletPorts(t)...)
+	if o.apiOnNodeIP {
+		nodeArgs = append(nodeArgs, "--bind-address", "0.0.0.0", "--advertise-address", nodeIP)
+	}
 	nodeArgs = append(nodeArgs, args...)
 	s := startServer(t, dataDir, nodeArgs...)
 	waitNodeReady(t, s, "edge-1")
@@ -53,13 +74,13 @@ func kubeletPorts(t *testing.T) []string {
 	return []string{"--kubelet-arg=port=" + freePort(t), "--kubelet-arg=healthz-port=" + freePort(t)}
 }
 
-// writeAirgapImages puts the workload and sandbox images in dir.
-func writeAirgapImages(t *testing.T, dir string) {
+// writeAirgapImages puts the workload and sandbox images, and extra, in dir.
+func writeAirgapImages(t *testing.T, dir string, extra ...testimage.Image) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	for _, img := range []testimage.Image{testimage.Busybox(), testimage.Pause()} {
+	for _, img := range append([]testimage.Image{testimage.Busybox(), testimage.Pause()}, extra...) {
 		if _, err := testimage.Write(dir, img); err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"net"
 	"path/filepath"
 	"strings"
 
@@ -18,7 +19,7 @@ func newCheckCommand() *cobra.Command {
 	o := bootstrap.NewOptions()
 	cmd := &cobra.Command{
 		Use:   "check",
-		Short: "Check this host before running the server: clock, port, data dir, memory, cgroups, kernel, container runtime",
+		Short: "Check this host before running the server: clock, port, data dir, memory, cgroups, kernel, container runtime, network",
 		Long: "Check this host for what `edgeplane server` with the same flags and config file needs.\n" +
 			"Prints one finding per line (ok, warn or BLOCKER) and exits non-zero when there is a blocker.",
 		Args: cobra.NoArgs,
@@ -55,6 +56,13 @@ func newCheckCommand() *cobra.Command {
 			}
 			runtime := preflight.GatherRuntime(ctx, o.Node.RuntimeEndpoint, disables(o.Disable, "kubelet"))
 			findings = append(findings, preflight.EvaluateRuntime(runtime)...)
+			// What its pods' network and Services need from the host.
+			var nodeIP net.IP
+			if len(o.Node.NodeIPs) > 0 {
+				nodeIP = net.ParseIP(strings.TrimSpace(o.Node.NodeIPs[0]))
+			}
+			network := preflight.GatherNetwork("", "", nodeIP, disables(o.Disable, "kubelet"))
+			findings = append(findings, preflight.EvaluateNetwork(network)...)
 			if preflight.Report(cmd.OutOrStdout(), findings) {
 				return errors.New("check found blockers")
 			}

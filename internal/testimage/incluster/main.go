@@ -2,7 +2,7 @@
 // client-go's in-cluster configuration (the service-account token and the
 // kubernetes Service's address from the environment) and lists namespaces,
 // printing one name a line. Tests put it in the busybox image
-// (testimage.Image.Binaries) to check that a pod reaches the API servers
+// (testimage.Image.Files) to check that a pod reaches the API servers
 // through the kubernetes Service.
 package main
 

@@ -1,0 +1,62 @@
+package bootstrap
+
+import (
+	"context"
+	"path/filepath"
+
+	"github.com/edgeplane/edgeplane/pkg/manifests"
+	"github.com/edgeplane/edgeplane/pkg/servicelb"
+)
+
+// Components that --disable turns off besides the control plane's.
+const (
+	// componentCoreDNS is the packaged CoreDNS manifest.
+	componentCoreDNS = manifests.CoreDNS
+	// componentServiceLB is the in-process LoadBalancer controller.
+	componentServiceLB = "servicelb"
+)
+
+// manifestsDirName is the manifests directory under the data dir.
+const manifestsDirName = "manifests"
+
+// startAddons starts what the cluster gets besides the control plane: the
+// manifests directory (packaged CoreDNS and the user's manifests, kept
+// applied) and the service load balancer. --disable=coredns removes the
+// packaged file and its objects; the directory itself always runs, for the
+// user's manifests.
+func (s *server) startAddons(ctx context.Context, o CompletedOptions) error {
+	packaged, err := manifests.Packaged(manifests.Values{
+		ClusterDNS:    o.ClusterDNS,
+		ClusterDomain: o.ClusterDomain,
+		CoreDNSImage:  o.CoreDNSImage,
+	})
+	if err != nil {
+		return err
+	}
+	var disabled []string
+	for _, name := range manifests.Names() {
+		if o.Disabled[name] {
+			disabled = append(disabled, name)
+		}
+	}
+	mc, err := manifests.New(manifests.Options{
+		Dir:        filepath.Join(o.DataDir, manifestsDirName),
+		Kubeconfig: s.pki.AdminKubeconfig,
+		Packaged:   packaged,
+		Disabled:   disabled,
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.mgr.start(ctx, mc, stopTimeout); err != nil {
+		return err
+	}
+	if o.Disabled[componentServiceLB] {
+		return nil
+	}
+	lb, err := servicelb.New(servicelb.Options{Kubeconfig: s.pki.AdminKubeconfig})
+	if err != nil {
+		return err
+	}
+	return s.mgr.start(ctx, lb, stopTimeout)
+}
