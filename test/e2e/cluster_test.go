@@ -85,8 +85,42 @@ func buildInClusterClient(t *testing.T) string {
 	return inClusterPath
 }
 
+// coreDNS is the CoreDNS test image, its binary built once per run from
+// the separate internal/testimage/coredns module.
+var (
+	coreDNSOnce sync.Once
+	coreDNSImg  testimage.Image
+	coreDNSErr  error
+	coreDNSTook time.Duration
+)
+
+func coreDNSImage(t *testing.T) testimage.Image {
+	t.Helper()
+	coreDNSOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ep-coredns-")
+		if err != nil {
+			coreDNSErr = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		bin, took, err := testimage.BuildCoreDNS(ctx, dir)
+		if err != nil {
+			coreDNSErr = err
+			return
+		}
+		coreDNSTook = took
+		coreDNSImg, coreDNSErr = testimage.CoreDNS(bin)
+	})
+	if coreDNSErr != nil {
+		t.Fatal(coreDNSErr)
+	}
+	t.Logf("CoreDNS built in %s (once per run)", coreDNSTook.Round(time.Millisecond))
+	return coreDNSImg
+}
+
 // clusterImages puts the workload image (busybox plus the in-cluster
-// client) and the sandbox image in dir.
+// client), the CoreDNS image and the sandbox image in dir.
 func clusterImages(t *testing.T, dir string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -98,7 +132,7 @@ func clusterImages(t *testing.T, dir string) {
 	}
 	bb := testimage.Busybox()
 	bb.Files = append(bb.Files, testimage.File{Path: "bin/incluster", Mode: 0o755, Body: client})
-	for _, img := range []testimage.Image{bb, testimage.Pause()} {
+	for _, img := range []testimage.Image{bb, coreDNSImage(t), testimage.Pause()} {
 		if _, err := testimage.Write(dir, img); err != nil {
 			t.Fatal(err)
 		}
@@ -147,6 +181,7 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		"--bind-address", "0.0.0.0", "--advertise-address", c.ServerIP, "--https-port", "6443",
 		"--container-runtime-endpoint", c.ServerCtrd.Endpoint, "--cni-conf-dir", c.ServerCtrd.CNIConfDir,
 		"--pause-image", testimage.DefaultPauseName, "--node-name", c.ServerNode, "--node-ip", c.ServerIP,
+		"--coredns-image", testimage.DefaultCoreDNSName,
 	}, agentKubeletArgs(t)...) // ports, and a pod log dir of its own
 	// agentKubeletArgs for the server's kubelet too: a kubelet with
 	// per-QoS cgroups treats pod cgroups under /kubepods that it does not

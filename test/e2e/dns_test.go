@@ -31,17 +31,7 @@ func TestClusterDNS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds CoreDNS, runs containerd, a server and its kubelet")
 	}
-	buildCtx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	bin, took, err := testimage.BuildCoreDNS(buildCtx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("CoreDNS built in %s", took.Round(time.Millisecond))
-	img, err := testimage.CoreDNS(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := coreDNSImage(t)
 	// The pods' cgroups stay out of /kubepods: a kubelet of another test on
 	// this host kills the processes of pod cgroups there that it does not
 	// know (its orphaned-pod cgroup cleanup), as agentKubeletArgs says. A

@@ -22,7 +22,9 @@ import (
 // Deployment spread over both nodes answers from a pod on either node, from
 // both backends; a NodePort answers from the host; a pod lists namespaces
 // through the kubernetes Service with client-go's in-cluster config; and
-// externalTrafficPolicy: Local answers only on a node with a backend; a
+// externalTrafficPolicy: Local answers only on a node with a backend; the
+// packaged CoreDNS answers for Service names through the kube-dns ClusterIP
+// from pods on both nodes; a
 // LoadBalancer ingress IP that is a node IP answers; and killing and
 // restarting the agent keeps its pods' network and routes.
 func TestClusterNetwork(t *testing.T) {
@@ -57,6 +59,24 @@ func TestClusterNetwork(t *testing.T) {
 				if !strings.HasPrefix(name, "echo-") {
 					t.Errorf("%s got %q from the Service, not a backend's name", client, name)
 				}
+			}
+		}
+	})
+
+	t.Run("DNS names resolve to ClusterIPs from either node", func(t *testing.T) {
+		names := map[string]string{
+			"echo.default.svc.cluster.local":       svcIP,
+			"kubernetes.default.svc.cluster.local": "10.43.0.1",
+		}
+		for _, client := range []string{"web-s", "web-a"} {
+			for name, want := range names {
+				eventually(t, 3*time.Minute, client+" resolves "+name+" to "+want, func(context.Context) (bool, error) {
+					out, err := c.podExec(client, "nslookup", name)
+					if err != nil {
+						return false, fmt.Errorf("%v: %s", err, out)
+					}
+					return strings.Contains(out, "Address: "+want), fmt.Errorf("nslookup %s: %s", name, out)
+				})
 			}
 		}
 	})
