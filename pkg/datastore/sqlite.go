@@ -149,7 +149,7 @@ func (s *kineStore) Start(ctx context.Context) error {
 		Driver: drivers.Config{
 			Endpoint: endpoint,
 			// kine's own CLI defaults; its zero values are refused.
-			CompactTimeout:   5 * time.Second,
+			CompactTimeout: 5 * time.Second,
 			// Compact to the revision the API server asks, as etcd does
 			// (kine's CLI keeps the newest 1000 whatever is asked, which
 			// keeps continue tokens alive past upstream's promise).
