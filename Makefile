@@ -55,6 +55,14 @@ test-qemu:
 bench-nodes:
 	./bench/nodes.sh
 
+# Cluster network figures (docs/NETWORKING.md): two two-node clusters on this
+# host (the agent in a network namespace of its own), network parts on and off;
+# deploy-to-answering time, pod-to-pod and pod-to-Service latency against plain
+# routing between the namespaces, RSS and CPU. Runs as root; about 10 min.
+.PHONY: bench-network
+bench-network:
+	EDGEPLANE_NET_FIGURES=1 go test -count=1 -v -timeout 40m -run 'TestClusterNetworkFigures$$' ./test/e2e/
+
 .PHONY: bench bench-smoke
 bench:
 	BENCH_COMMAND="make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" ./bench/run.sh $(BENCH_ARGS)
