@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,17 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/edgeplane/edgeplane/internal/testenv"
-	"github.com/edgeplane/edgeplane/pkg/certs"
-	"github.com/edgeplane/edgeplane/pkg/chain"
-	"github.com/edgeplane/edgeplane/pkg/datastore"
+	"github.com/edgeplane/edgeplane/internal/testapiserver"
 )
 
 // TestInProcess runs the controller-manager and scheduler against a real API
@@ -35,8 +30,7 @@ func TestInProcess(t *testing.T) {
 	}
 	logger, ctx := ktesting.NewTestContext(t)
 	_ = logger
-	pki, stop := startAPIServer(t, ctx)
-	defer stop()
+	pki := testapiserver.Start(t, ctx).PKI
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", pki.AdminKubeconfig)
 	if err != nil {
@@ -130,70 +124,6 @@ func TestInProcess(t *testing.T) {
 		}
 		cancel()
 		t.Logf("stopped %s after start in %s", delay, time.Since(begin).Round(time.Millisecond))
-	}
-}
-
-// startAPIServer brings up certificates, SQLite and the chain, as bootstrap does.
-func startAPIServer(t *testing.T, ctx context.Context) (*certs.PKI, func()) {
-	t.Helper()
-	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, serviceCIDR, _ := net.ParseCIDR("10.43.0.0/16")
-	pki, err := certs.Ensure(ctx, certs.Options{
-		Dir: filepath.Join(dir, "tls"), KubeconfigDir: dir, ServiceCIDR: serviceCIDR,
-		APIServerPort: l.Addr().(*net.TCPAddr).Port,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := datastore.New(datastore.Options{Type: datastore.TypeSQLite, DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := store.Start(startCtx); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Ready(startCtx); err != nil {
-		t.Fatal(err)
-	}
-	advertise, err := utilnet.ChooseHostInterface()
-	testenv.Require(t, "a host address to advertise (an interface with a default route)", err)
-	sc := store.Client()
-	apiserver, err := chain.New(chain.Config{
-		Listener: l, AdvertiseAddress: advertise, ServiceCIDR: serviceCIDR, ClusterDomain: "cluster.local",
-		StateDir: filepath.Join(dir, "config"),
-		Files: chain.Files{
-			ServingCert: pki.APIServerServing.Cert, ServingKey: pki.APIServerServing.Key,
-			ClusterCA: pki.ServerCA.Cert, ClientCA: pki.ClientCA.Cert, FrontProxyCA: pki.FrontProxyCA.Cert,
-			FrontProxyClientCert: pki.FrontProxyClient.Cert, FrontProxyClientKey: pki.FrontProxyClient.Key,
-			KubeletClientCert: pki.APIServerKubeletClient.Cert, KubeletClientKey: pki.APIServerKubeletClient.Key,
-			ServiceAccountKey: pki.ServiceAccountKey, ServiceAccountPub: pki.ServiceAccountPub,
-		},
-		Storage: chain.Storage{Endpoints: sc.Endpoints, CAFile: sc.CAFile, CertFile: sc.CertFile, KeyFile: sc.KeyFile},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := apiserver.Start(startCtx); err != nil {
-		t.Fatal(err)
-	}
-	if err := apiserver.Ready(startCtx); err != nil {
-		t.Fatal(err)
-	}
-	return pki, func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := apiserver.Stop(stopCtx); err != nil {
-			t.Error(err)
-		}
-		if err := store.Stop(stopCtx); err != nil {
-			t.Error(err)
-		}
 	}
 }
 

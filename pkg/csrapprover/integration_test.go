@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/edgeplane/edgeplane/internal/testapiserver"
 	"github.com/edgeplane/edgeplane/pkg/controllers"
 )
 
@@ -35,7 +36,7 @@ func TestApproverAgainstAPIServer(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pki := startAPIServer(t, ctx)
+	pki := testapiserver.Start(t, ctx).PKI
 
 	adminCfg, err := clientcmd.BuildConfigFromFlags("", pki.AdminKubeconfig)
 	if err != nil {

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/edgeplane/edgeplane/internal/testapiserver"
 )
 
 const testNode = "node-a"
@@ -101,7 +103,7 @@ func TestEnforcement(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pki := startAPIServer(t, ctx)
+	pki := testapiserver.Start(t, ctx).PKI
 	adminCfg, err := clientcmd.BuildConfigFromFlags("", pki.AdminKubeconfig)
 	if err != nil {
 		t.Fatal(err)
