@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -44,9 +45,12 @@ type result struct {
 	HollowPSSMiB     float64 `json:"hollowPssMiBEach"`
 	Load1            float64 `json:"load1"`
 	KillNotReadySec  float64 `json:"killNotReadySeconds,omitempty"`
+	// KillEvictedSec: from the kill until every workload pod of the
+	// killed node was marked for deletion (evictAfter after the taint).
+	KillEvictedSec float64 `json:"killEvictedSeconds,omitempty"`
 }
 
-const tableHeader = "| config | N | pods/node | churn/min | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n) | list pods -A p50/p99 ms | false NotReady | hollow PSS MiB each | load1 | killed node NotReady s |\n" +
+const tableHeader = "| config | N | pods/node | churn/min | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n) | list pods -A p50/p99 ms | false NotReady | hollow PSS MiB each | load1 | killed node NotReady / pods evicted s |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 func (r *result) print(w io.Writer) {
@@ -78,6 +82,9 @@ func (r *result) row() string {
 	kill := "-"
 	if r.KillNotReadySec > 0 {
 		kill = fmt.Sprintf("%.0f", r.KillNotReadySec)
+		if r.KillEvictedSec > 0 {
+			kill += fmt.Sprintf(" / %.0f", r.KillEvictedSec)
+		}
 	}
 	return fmt.Sprintf("| %s | %d | %d | %d | %.0f | %.0f | %.0f (%.0f) | %.1f | %.1f (%.2f) | %.1f | %.1f / %.1f (%d) | %.0f / %.0f | %d | %.0f | %.1f | %s |",
 		r.Label, r.Nodes, r.PodsPerNode, r.ChurnPerMin, r.NodesReadySec, r.PodsRunningSec, r.RSSMiB, r.PeakRSSMiB, r.CPUPercent,
@@ -180,11 +187,25 @@ func runDriver(ctx context.Context, o *driverOptions) (*result, error) {
 		return res, err
 	}
 	if o.kill {
+		victim := f.name(o.n - 1)
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
+			LabelSelector: workloadLabel + "=" + name, FieldSelector: "spec.nodeName=" + victim,
+		})
+		if err != nil {
+			return res, fmt.Errorf("listing the pods of %s: %w", victim, err)
+		}
+		start := time.Now()
 		d, err := killOne(ctx, cs, f, o.n-1)
 		if err != nil {
 			return res, err
 		}
 		res.KillNotReadySec = d.Seconds()
+		if len(pods.Items) > 0 {
+			if err := waitEvicted(ctx, cs, pods.Items, 3*time.Minute); err != nil {
+				return res, fmt.Errorf("the pods of killed node %s: %w", victim, err)
+			}
+			res.KillEvictedSec = time.Since(start).Seconds()
+		}
 	}
 	if want > 0 {
 		// Leave the server as it was found.
@@ -314,4 +335,30 @@ func killOne(ctx context.Context, cs kubernetes.Interface, f *fleet, i int) (tim
 		return 0, fmt.Errorf("killed node %s still Ready after 3 minutes: %w", f.name(i), err)
 	}
 	return time.Since(start), nil
+}
+
+// waitEvicted polls (every second, at most timeout) until each of pods is
+// gone or marked for deletion: the taint-based eviction of a dead node's
+// pods (their kubelet is gone, so they stay Terminating until pod GC).
+func waitEvicted(ctx context.Context, cs kubernetes.Interface, pods []corev1.Pod, timeout time.Duration) error {
+	left := len(pods)
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, false, func(ctx context.Context) (bool, error) {
+		left = 0
+		for _, p := range pods {
+			cur, err := cs.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return false, nil
+			case cur.UID != p.UID || cur.DeletionTimestamp != nil:
+			default:
+				left++
+			}
+		}
+		return left == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%d of %d pods not evicted after %s: %w", left, len(pods), timeout, err)
+	}
+	return nil
 }
