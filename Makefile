@@ -6,7 +6,7 @@ export CGO_ENABLED := 0
 VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN           ?= bin/edgeplane
 DATA_DIR      ?= ./.edgeplane
-TEST_TIMEOUT  ?= 25m
+TEST_TIMEOUT  ?= 40m
 
 # Stamp edgeplane's version and commit (and the Kubernetes version, which an
 # unstamped build also reports: internal/kubeversion). See hack/ldflags.sh.
