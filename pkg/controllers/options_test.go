@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	cmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	cmoptions "k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
@@ -122,6 +123,13 @@ func TestControllerManagerOptions(t *testing.T) {
 				eq(t, "cluster CIDR", s.KubeCloudShared.ClusterCIDR, DefaultClusterCIDR)
 				eq(t, "allocate node CIDRs", s.KubeCloudShared.AllocateNodeCIDRs, false)
 				eq(t, "node IPAM service CIDR", s.NodeIPAMController.ServiceCIDR, "")
+				// The kube-controller-manager command's flag defaults: with
+				// an eviction rate of 0 a dead node's pods are never evicted.
+				eq(t, "node eviction rate", s.NodeLifecycleController.NodeEvictionRate, float32(0.1))
+				eq(t, "secondary node eviction rate", s.NodeLifecycleController.SecondaryNodeEvictionRate, float32(0.01))
+				eq(t, "large cluster size threshold", s.NodeLifecycleController.LargeClusterSizeThreshold, int32(50))
+				eq(t, "unhealthy zone threshold", s.NodeLifecycleController.UnhealthyZoneThreshold, float32(0.55))
+				eq(t, "node monitor grace period", s.NodeLifecycleController.NodeMonitorGracePeriod.Duration, 50*time.Second)
 			},
 		},
 		{
@@ -240,5 +248,18 @@ func eq[T comparable](t *testing.T, what string, got, want T) {
 	t.Helper()
 	if got != want {
 		t.Errorf("%s = %v, want %v", what, got, want)
+	}
+}
+
+// TestNodeLifecycleFlagDefaultsDebt fails once upstream's options struct
+// carries the node lifecycle defaults that only its flags set today
+// (k8s.io/kubernetes v1.37.2): then nodeLifecycleFlagDefaults can go.
+func TestNodeLifecycleFlagDefaultsDebt(t *testing.T) {
+	s, err := cmoptions.NewKubeControllerManagerOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.NodeLifecycleController.NodeEvictionRate; got != 0 {
+		t.Errorf("upstream's options now default NodeEvictionRate to %v: remove nodeLifecycleFlagDefaults", got)
 	}
 }

@@ -3,6 +3,8 @@ package controllers
 import (
 	"fmt"
 
+	"github.com/spf13/pflag"
+
 	cmoptions "k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
 	"k8s.io/kubernetes/cmd/kube-controller-manager/names"
 	schedoptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
@@ -73,6 +75,9 @@ func controllerManagerOptions(o *Options) (*cmoptions.KubeControllerManagerOptio
 	// Config from applying the defaults over them again.
 	s.Metrics = nil
 
+	// Node lifecycle: see nodeLifecycleFlagDefaults.
+	nodeLifecycleFlagDefaults(s)
+
 	// Node IPAM.
 	s.KubeCloudShared.ClusterCIDR = o.clusterCIDR()
 	s.KubeCloudShared.AllocateNodeCIDRs = o.AllocateNodeCIDRs
@@ -126,4 +131,19 @@ func schedulerOptions(o *Options) (*schedoptions.Options, error) {
 		}
 	}
 	return opts, nil
+}
+
+// nodeLifecycleFlagDefaults gives the node lifecycle controller the defaults
+// of the kube-controller-manager command's flags. Upstream debt,
+// k8s.io/kubernetes v1.37.2: NodeEvictionRate (0.1), SecondaryNodeEvictionRate
+// (0.01), LargeClusterSizeThreshold (50) and UnhealthyZoneThreshold (0.55)
+// have their defaults only in NodeLifecycleControllerOptions.AddFlags, so
+// options built in Go leave them 0. With an eviction rate of 0 the controller
+// never adds the NoExecute taint to a node that stopped reporting (only the
+// NoSchedule one), and the pods of a dead node were never evicted (found by
+// bench/cmd/nodes -kill). Registering those flags on a throwaway flag set
+// writes the defaults into the struct, whatever upstream makes them.
+// TestNodeLifecycleFlagDefaultsDebt fails once upstream defaults the struct.
+func nodeLifecycleFlagDefaults(s *cmoptions.KubeControllerManagerOptions) {
+	s.NodeLifecycleController.AddFlags(pflag.NewFlagSet("node-lifecycle-defaults", pflag.ContinueOnError))
 }

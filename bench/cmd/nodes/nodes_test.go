@@ -228,6 +228,10 @@ func TestHollowNodes(t *testing.T) {
 	}
 
 	victim := n - 1
+	victimPods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + f.name(victim)})
+	if err != nil || len(victimPods.Items) != 1 {
+		t.Fatalf("the pods of %s: %v (err %v), want 1", f.name(victim), victimPods, err)
+	}
 	d0, err := killOne(ctx, cs, f, victim)
 	if err != nil {
 		t.Fatal(err)
@@ -248,10 +252,17 @@ func TestHollowNodes(t *testing.T) {
 			return false, nil
 		}
 		taints = node.Spec.Taints
-		return hasTaint(node, corev1.TaintNodeUnreachable), nil
+		return hasTaint(node, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute), nil
 	})
 	if err != nil {
-		t.Errorf("killed node %s has no %s taint: %v", f.name(victim), corev1.TaintNodeUnreachable, taints)
+		t.Errorf("killed node %s has no %s:NoExecute taint: %v", f.name(victim), corev1.TaintNodeUnreachable, taints)
+	}
+	// Its pod tolerates that taint for evictAfter seconds, then the taint
+	// eviction controller deletes it (with the controller-manager's
+	// defaults as upstream's flags set them: nodeLifecycleFlagDefaults).
+	evictBy := evictAfter*time.Second + 2*nodeMonitorPeriod + 15*time.Second
+	if err := waitEvicted(ctx, cs, victimPods.Items, evictBy); err != nil {
+		t.Errorf("the pod of killed node %s: %v", f.name(victim), err)
 	}
 	m, err := readyNodes(ctx, cs, "hollow")
 	if err != nil {
@@ -264,9 +275,9 @@ func TestHollowNodes(t *testing.T) {
 	}
 }
 
-func hasTaint(n *corev1.Node, key string) bool {
+func hasTaint(n *corev1.Node, key string, effect corev1.TaintEffect) bool {
 	for _, t := range n.Spec.Taints {
-		if t.Key == key {
+		if t.Key == key && t.Effect == effect {
 			return true
 		}
 	}
