@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -171,7 +172,27 @@ func (f *fleet) stop() error {
 			}
 		}
 	}
+	f.removeRootDirs()
 	return errors.Join(errs...)
+}
+
+// rootDirFile, in a node's dir, names the kubelet root dir kubemark made
+// for it in /tmp.
+const rootDirFile = "kubelet-root-dir"
+
+// removeRootDirs removes the kubelet root dirs that the nodes, running or
+// killed, recorded (only kubemark's own /tmp/hollow-kubelet.* dirs).
+func (f *fleet) removeRootDirs() {
+	files, _ := filepath.Glob(filepath.Join(f.dir, "n*", rootDirFile))
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		if dir := string(b); strings.HasPrefix(dir, "/tmp/hollow-kubelet.") && !strings.Contains(dir, "..") {
+			_ = os.RemoveAll(dir)
+		}
+	}
 }
 
 // logTail is the end of node i's log, for error messages.

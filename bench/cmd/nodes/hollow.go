@@ -81,6 +81,14 @@ func runHollow(ctx context.Context, c hollowConfig) error {
 	f, kc := kubemark.GetHollowKubeletConfig(&kubemark.HollowKubeletOptions{
 		NodeName: c.Name, MaxPods: 110, NodeLabels: map[string]string{"edgeplane.io/hollow": "true"},
 	})
+	// kubemark makes the kubelet's root dir in /tmp whatever TMPDIR says
+	// (k8s.io/kubernetes v1.37.2 test/utils.MakeTempDirOrDie) and never
+	// removes it: record it, so that the fleet removes it with the node's
+	// own dir also when the node is killed, and remove it on a clean exit.
+	if err := os.WriteFile(filepath.Join(c.Dir, rootDirFile), []byte(f.RootDirectory), 0o600); err != nil {
+		return err
+	}
+	defer os.RemoveAll(f.RootDirectory)
 	// No kubelet API: nothing of the benchmark calls it, and N kubelets
 	// would need N ports. The node's Lease and status go out as usual.
 	kc.EnableServer = false
