@@ -67,7 +67,7 @@ var (
 func buildInClusterClient(t *testing.T) string {
 	t.Helper()
 	inClusterOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ep-incluster-")
+		dir, err := os.MkdirTemp(runDir, "ep-incluster-")
 		if err != nil {
 			inClusterErr = err
 			return
@@ -97,7 +97,7 @@ var (
 func coreDNSImage(t *testing.T) testimage.Image {
 	t.Helper()
 	coreDNSOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ep-coredns-")
+		dir, err := os.MkdirTemp(runDir, "ep-coredns-")
 		if err != nil {
 			coreDNSErr = err
 			return

@@ -27,6 +27,10 @@ import (
 // binary is the edgeplane binary built once by TestMain with a plain `go build`.
 var binary string
 
+// runDir holds what the run builds once for all tests (the binary, the
+// CoreDNS and in-cluster client builds); TestMain removes it at the end.
+var runDir string
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
@@ -37,6 +41,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	runDir = dir
 	binary = filepath.Join(dir, "edgeplane")
 	// A plain `go build`, as a user without make builds it: no -ldflags
 	// stamps, so every test also checks that such a binary reports the
