@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2/ktesting"
 
@@ -185,8 +186,10 @@ func TestApproverAgainstAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		roots := x509.NewCertPool()
-		roots.AddCert(readCA(t, pki.ServerCA.Cert))
+		roots, err := certutil.NewPool(pki.ServerCA.Cert)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: "edge-a", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 			t.Errorf("signed certificate does not verify against the cluster CA for edge-a: %v", err)
 		}
