@@ -3,13 +3,13 @@ package agent
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/pkg/cni"
 )
 
@@ -38,8 +38,7 @@ type PodNetwork struct {
 	// masquerades what leaves the cluster, not the bridge.
 	MTU func(context.Context) (int, error)
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	loop background.Loop
 }
 
 // Name implements the bootstrap component contract.
@@ -55,9 +54,7 @@ func (p *PodNetwork) Start(ctx context.Context) error {
 	} else {
 		logger.V(1).Info("Found the CNI plugins", "dir", dir)
 	}
-	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
-	p.cancel = cancel
-	p.wg.Go(func() { p.run(runCtx) })
+	p.loop.Start(klog.NewContext(ctx, logger), func(runCtx context.Context) { p.run(runCtx) })
 	return nil
 }
 
@@ -66,18 +63,7 @@ func (p *PodNetwork) Ready(context.Context) error { return nil }
 
 // Stop ends the writer.
 func (p *PodNetwork) Stop(ctx context.Context) error {
-	if p.cancel == nil {
-		return nil
-	}
-	p.cancel()
-	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return p.loop.Stop(ctx)
 }
 
 func (p *PodNetwork) run(ctx context.Context) {

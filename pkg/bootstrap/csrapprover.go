@@ -3,12 +3,12 @@ package bootstrap
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/pkg/csrapprover"
 )
 
@@ -26,8 +26,7 @@ type approver struct {
 	adminKubeconfig string
 	kubeconfig      string
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	loop background.Loop
 }
 
 func (a *approver) Name() string { return componentCSRApprover }
@@ -55,9 +54,7 @@ func (a *approver) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
-	a.cancel = cancel
-	a.wg.Go(func() { c.Run(runCtx, 1) })
+	a.loop.Start(klog.NewContext(ctx, logger), func(runCtx context.Context) { c.Run(runCtx, 1) })
 	return nil
 }
 
@@ -66,16 +63,5 @@ func (a *approver) Ready(context.Context) error { return nil }
 
 // Stop ends the approver and waits for it.
 func (a *approver) Stop(ctx context.Context) error {
-	if a.cancel == nil {
-		return nil
-	}
-	a.cancel()
-	done := make(chan struct{})
-	go func() { a.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return a.loop.Stop(ctx)
 }

@@ -29,13 +29,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 	proxyapp "k8s.io/kubernetes/cmd/kube-proxy/app"
 	"sigs.k8s.io/knftables"
 
+	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/pkg/cni"
 )
 
@@ -88,9 +88,8 @@ type Config struct {
 
 // Proxy is the component.
 type Proxy struct {
-	cfg    Config
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cfg  Config
+	loop background.Loop
 }
 
 // New checks cfg.
@@ -111,9 +110,7 @@ func (p *Proxy) Name() string { return "kube-proxy" }
 func (p *Proxy) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("kube-proxy")
 	args := Args(p.cfg, currentOOMScoreAdj())
-	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
-	p.cancel = cancel
-	p.wg.Go(func() { p.run(runCtx, args) })
+	p.loop.Start(klog.NewContext(ctx, logger), func(runCtx context.Context) { p.run(runCtx, args) })
 	return nil
 }
 
@@ -124,18 +121,7 @@ func (p *Proxy) Ready(context.Context) error { return nil }
 // upstream leaves running). The rules stay: Services keep answering while
 // the node restarts.
 func (p *Proxy) Stop(ctx context.Context) error {
-	if p.cancel == nil {
-		return nil
-	}
-	p.cancel()
-	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return p.loop.Stop(ctx)
 }
 
 func (p *Proxy) run(ctx context.Context, args []string) {

@@ -2,10 +2,10 @@ package netpol
 
 import (
 	"context"
-	"sync"
 
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/pkg/cni"
 )
 
@@ -23,8 +23,7 @@ type Component struct {
 	// Kubeconfig holds the node's credentials.
 	Kubeconfig string
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	loop background.Loop
 }
 
 // Name implements the bootstrap component contract.
@@ -38,9 +37,7 @@ func (c *Component) Start(ctx context.Context) error {
 		// Routed traffic (between nodes) is still filtered; say what is not.
 		logger.Error(err, "Traffic between pods on the same bridge is not subject to NetworkPolicy")
 	}
-	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
-	c.cancel = cancel
-	c.wg.Go(func() { c.run(runCtx) })
+	c.loop.Start(klog.NewContext(ctx, logger), func(runCtx context.Context) { c.run(runCtx) })
 	return nil
 }
 
@@ -49,18 +46,7 @@ func (c *Component) Ready(context.Context) error { return nil }
 
 // Stop ends the controller.
 func (c *Component) Stop(ctx context.Context) error {
-	if c.cancel == nil {
-		return nil
-	}
-	c.cancel()
-	done := make(chan struct{})
-	go func() { c.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return c.loop.Stop(ctx)
 }
 
 func (c *Component) run(ctx context.Context) {
