@@ -27,6 +27,8 @@ SETTLE=${SETTLE:-45s}
 KILL_AT=${KILL_AT:-100}
 CONFIGS=${CONFIGS:-edgeplane-sqlite-small edgeplane-etcd-small upstream-kubeadm}
 OUT=${OUT:-bench/nodes-results.jsonl}
+# EDGEPLANE_ARGS: extra flags for every edgeplane server (a tuning's before/after).
+read -r -a extra_args <<<"${EDGEPLANE_ARGS:-}"
 # Short: the kubelet's and the fake runtime's unix sockets live below it.
 WORK=${WORK:-/tmp/epn-$$}
 
@@ -76,7 +78,7 @@ run_edgeplane() { # config N
 	mkdir -p "$dir" && chmod 700 "$dir"
 	bench/bin/edgeplane server --data-dir "$dir/data" --datastore "$ds" --profile "$profile" \
 		--bind-address 127.0.0.1 --advertise-address 192.0.2.10 --https-port 0 --disable=kubelet \
-		>"$dir/edgeplane.log" 2>&1 &
+		${extra_args[@]+"${extra_args[@]}"} >"$dir/edgeplane.log" 2>&1 &
 	local pid=$!
 	wait_for "$dir/edgeplane.log" "edgeplane ready in" 180 || { stop_pid $pid; return 1; }
 	wait_for "$dir/data/node-token" "::" 30 || { stop_pid $pid; return 1; }

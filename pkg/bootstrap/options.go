@@ -29,6 +29,7 @@ type Options struct {
 	DataDir             string
 	Datastore           string
 	SQLiteSynchronous   string
+	SQLiteCommitWindow  time.Duration
 	BindAddress         string
 	HTTPSPort           int
 	AdvertiseAddress    string
@@ -56,6 +57,7 @@ func NewOptions() *Options {
 		DataDir:             defaultDataDir(),
 		Datastore:           "sqlite",
 		SQLiteSynchronous:   datastore.SyncFull,
+		SQLiteCommitWindow:  datastore.DefaultCommitWindow,
 		BindAddress:         "0.0.0.0",
 		HTTPSPort:           6443,
 		ServiceCIDR:         "10.43.0.0/16",
@@ -89,6 +91,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for certificates, kubeconfigs and the datastore (created 0700).")
 	fs.StringVar(&o.Datastore, "datastore", o.Datastore, "Datastore: "+strings.Join(datastores, " or ")+".")
 	fs.StringVar(&o.SQLiteSynchronous, "sqlite-synchronous", o.SQLiteSynchronous, "How SQLite syncs commits: "+datastore.SyncFull+" puts every write on the disk before it is acknowledged (a power cut loses nothing acknowledged); "+datastore.SyncNormal+" is faster and writes less but a power cut may lose the last acknowledged writes (see docs/reliability/powercut.md). SQLite only.")
+	fs.DurationVar(&o.SQLiteCommitWindow, "sqlite-commit-window", o.SQLiteCommitWindow, "How long a Lease write (a node's heartbeat) may wait on SQLite for other writes to share its commit and fsync: fewer bytes written to the disk for a little Lease latency; every write is still on the disk before it is acknowledged. 0 waits for none. SQLite only.")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "IP address the HTTPS API listens on.")
 	fs.IntVar(&o.HTTPSPort, "https-port", o.HTTPSPort, "Port of the HTTPS API (0 picks a free port).")
 	fs.StringVar(&o.AdvertiseAddress, "advertise-address", o.AdvertiseAddress, "IP address advertised to the cluster in the kubernetes Service endpoints (default: the host's primary address).")
@@ -116,12 +119,14 @@ type completedOptions struct {
 	DataDir           string
 	Datastore         string
 	SQLiteSynchronous string
-	BindAddress       net.IP
-	HTTPSPort         int
-	AdvertiseAddress  net.IP
-	Hostname          string
-	TLSSANs           []string
-	ServiceCIDR       *net.IPNet
+	// SQLiteCommitWindow: see datastore.Options.SQLiteCommitWindow.
+	SQLiteCommitWindow time.Duration
+	BindAddress        net.IP
+	HTTPSPort          int
+	AdvertiseAddress   net.IP
+	Hostname           string
+	TLSSANs            []string
+	ServiceCIDR        *net.IPNet
 	// ClusterDNS is the cluster DNS Service's address, the tenth of the
 	// service CIDR: the kube-dns Service's ClusterIP and every kubelet's
 	// clusterDNS.
@@ -160,12 +165,13 @@ type CompletedOptions struct {
 // Validate so that every problem is reported at once.
 func (o *Options) Complete() (CompletedOptions, error) {
 	c := &completedOptions{
-		Datastore:         o.Datastore,
-		SQLiteSynchronous: strings.ToLower(strings.TrimSpace(o.SQLiteSynchronous)),
-		HTTPSPort:         o.HTTPSPort,
-		ClusterDomain:     o.ClusterDomain,
-		CoreDNSImage:      strings.TrimSpace(o.CoreDNSImage),
-		WriteKubeconfig:   o.WriteKubeconfig,
+		Datastore:          o.Datastore,
+		SQLiteSynchronous:  strings.ToLower(strings.TrimSpace(o.SQLiteSynchronous)),
+		SQLiteCommitWindow: o.SQLiteCommitWindow,
+		HTTPSPort:          o.HTTPSPort,
+		ClusterDomain:      o.ClusterDomain,
+		CoreDNSImage:       strings.TrimSpace(o.CoreDNSImage),
+		WriteKubeconfig:    o.WriteKubeconfig,
 
 		ClusterCIDR:       strings.TrimSpace(o.ClusterCIDR),
 		AllocateNodeCIDRs: o.AllocateNodeCIDRs,
@@ -264,6 +270,7 @@ func (c CompletedOptions) Validate() []error {
 		errs = append(errs, fmt.Errorf("--datastore %q is not one of: %s", c.Datastore, strings.Join(datastores, ", ")))
 	}
 	errs = append(errs, c.validateSQLiteSynchronous()...)
+	errs = append(errs, (&datastore.Options{DataDir: "unused", SQLiteCommitWindow: c.SQLiteCommitWindow}).Validate()...)
 	if c.HTTPSPort < 0 || c.HTTPSPort > 65535 {
 		errs = append(errs, fmt.Errorf("--https-port %d is not between 0 and 65535", c.HTTPSPort))
 	}

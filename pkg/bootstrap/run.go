@@ -188,6 +188,7 @@ func (s *server) startDatastore(ctx context.Context, o CompletedOptions, shared 
 		Type:               o.Datastore,
 		DataDir:            o.DataDir,
 		SQLiteSync:         o.SQLiteSynchronous,
+		SQLiteCommitWindow: o.SQLiteCommitWindow,
 		EtcdCAFile:         s.pki.EtcdCA.Cert,
 		EtcdServerCertFile: s.pki.EtcdServer.Cert,
 		EtcdServerKeyFile:  s.pki.EtcdServer.Key,

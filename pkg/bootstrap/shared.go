@@ -39,7 +39,7 @@ func (s *server) startShared(ctx context.Context, o CompletedOptions) (*sharedSt
 	}
 	logger := klog.FromContext(ctx)
 	store, err := datastore.New(datastore.Options{
-		Type: o.Datastore, DataDir: o.DataDir, SQLiteSync: o.SQLiteSynchronous,
+		Type: o.Datastore, DataDir: o.DataDir, SQLiteSync: o.SQLiteSynchronous, SQLiteCommitWindow: o.SQLiteCommitWindow,
 		Endpoint: o.Cluster.DatastoreEndpoint, EndpointCAFile: o.Cluster.DatastoreCAFile,
 		EndpointCertFile: o.Cluster.DatastoreCertFile, EndpointKeyFile: o.Cluster.DatastoreKeyFile,
 	})

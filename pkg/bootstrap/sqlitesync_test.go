@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -51,6 +52,47 @@ func TestSQLiteSynchronousFlag(t *testing.T) {
 			}
 			if c.SQLiteSynchronous != tc.want {
 				t.Fatalf("mode %q, want %q", c.SQLiteSynchronous, tc.want)
+			}
+		})
+	}
+}
+
+// TestSQLiteCommitWindowFlag: 0 is the default, a window up to a second is
+// taken, a negative or longer one is refused naming the flag.
+func TestSQLiteCommitWindowFlag(t *testing.T) {
+	cases := []struct {
+		name    string
+		args    []string
+		want    time.Duration
+		wantErr string
+	}{
+		{name: "default", want: 0},
+		{name: "50ms", args: []string{"--sqlite-commit-window=50ms"}, want: 50 * time.Millisecond},
+		{name: "negative", args: []string{"--sqlite-commit-window=-1ms"}, wantErr: "--sqlite-commit-window -1ms is not between 0 and 1s"},
+		{name: "too long", args: []string{"--sqlite-commit-window=2s"}, wantErr: "--sqlite-commit-window 2s is not between 0 and 1s"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			args := append([]string{"--data-dir", t.TempDir(), "--advertise-address", "192.0.2.1"}, tc.args...)
+			if err := fs.Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			c, err := o.Complete()
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs := c.Validate()
+			if tc.wantErr != "" {
+				if len(errs) != 1 || !strings.Contains(errs[0].Error(), tc.wantErr) {
+					t.Fatalf("problems %v; want one containing %q", errs, tc.wantErr)
+				}
+				return
+			}
+			if len(errs) != 0 || c.SQLiteCommitWindow != tc.want {
+				t.Fatalf("window %s (problems %v), want %s", c.SQLiteCommitWindow, errs, tc.want)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Datastore types accepted in Options.Type.
@@ -57,6 +58,9 @@ type Options struct {
 	// endpoint) syncs its commits: SyncFull (the default when empty) or
 	// SyncNormal, faster but a power cut may lose acknowledged writes.
 	SQLiteSync string
+	// SQLiteCommitWindow is how long a Lease write may wait for other
+	// writes to share its commit (sqlitegroup.go); 0 waits for none.
+	SQLiteCommitWindow time.Duration
 
 	// Cluster, with Type etcd, makes the embedded etcd a member of a
 	// cluster of servers (etcdcluster.go).
@@ -68,6 +72,9 @@ func (o *Options) Validate() []error {
 	var errs []error
 	if !slices.Contains([]string{"", SyncFull, SyncNormal}, o.SQLiteSync) {
 		errs = append(errs, fmt.Errorf("--sqlite-synchronous %q is not one of: %s (the default: every commit on the disk before it is acknowledged), %s (faster, but a power cut may lose acknowledged writes)", o.SQLiteSync, SyncFull, SyncNormal))
+	}
+	if o.SQLiteCommitWindow < 0 || o.SQLiteCommitWindow > maxCommitWindow {
+		errs = append(errs, fmt.Errorf("--sqlite-commit-window %s is not between 0 and %s", o.SQLiteCommitWindow, maxCommitWindow))
 	}
 	if o.Endpoint != "" {
 		return append(errs, o.validateEndpoint()...)
@@ -127,7 +134,7 @@ func New(o Options) (Datastore, error) {
 	if o.Type == TypeEtcd {
 		return newEtcd(o, dbDir), nil
 	}
-	return newKine(dbDir, o.sqliteSync())
+	return newKine(dbDir, o.sqliteSync(), o.SQLiteCommitWindow)
 }
 
 // SQLite synchronous modes accepted in Options.SQLiteSync.
@@ -135,6 +142,14 @@ const (
 	SyncFull   = "full"
 	SyncNormal = "normal"
 )
+
+// maxCommitWindow bounds --sqlite-commit-window: a Lease renewal (every
+// 10 s, 40 s lease) must never wait long enough to matter to a node's health.
+const maxCommitWindow = time.Second
+
+// DefaultCommitWindow is --sqlite-commit-window's default (docs/PERFORMANCE.md,
+// "Group commit").
+const DefaultCommitWindow = 0
 
 func (o *Options) sqliteSync() string {
 	if o.SQLiteSync == "" {

@@ -109,14 +109,14 @@ func newExternal(o Options, dbDir string) (Datastore, error) {
 		if err != nil {
 			return nil, err
 		}
-		s, err := newKine(dbDir, o.sqliteSync())
+		s, err := newKine(dbDir, o.sqliteSync(), o.SQLiteCommitWindow)
 		if err != nil {
 			return nil, err
 		}
 		s.dbPath = path
 		return s, nil
 	case TypePostgres:
-		s, err := newKine(dbDir, o.sqliteSync())
+		s, err := newKine(dbDir, o.sqliteSync(), o.SQLiteCommitWindow)
 		if err != nil {
 			return nil, err
 		}

@@ -42,6 +42,7 @@ type kineServeConfig struct {
 	Driver         drivers.Config // Endpoint ("sqlite://...", "postgres://...") and tuning
 	SocketPath     string         // unix socket to serve etcd3 gRPC on (created 0600)
 	NotifyInterval time.Duration  // watch progress notifications
+	CommitWindow   time.Duration  // SQLite: how long a Lease write waits for company (sqlitegroup.go)
 	ETCDVersion    string         // etcd version kine reports (the apiserver checks it)
 	// ServeFailed is called, once, when the gRPC server stops serving on
 	// its own (its listener failed), not when ctx stopped it.
@@ -66,7 +67,7 @@ func serveKine(ctx context.Context, wg *sync.WaitGroup, cfg kineServeConfig) (_ 
 	}()
 
 	dcfg := cfg.Driver
-	backend, err := newKineBackend(bctx, wg, &dcfg)
+	backend, err := newKineBackend(bctx, wg, &dcfg, cfg.CommitWindow)
 	if err != nil {
 		// Like kine, keep the endpoint (it may carry credentials) out of the error.
 		return etcdServices{}, nil, fmt.Errorf("creating kine driver: %w", err)

@@ -99,6 +99,13 @@ func TestCreateRevisionFixModes(t *testing.T) {
 // new SQLite file; it stops with the test.
 func startSQLiteBackend(t *testing.T) (context.Context, createRevisionFix) {
 	t.Helper()
+	return startSQLiteBackendWindow(t, 0)
+}
+
+// startSQLiteBackendWindow is startSQLiteBackend with a commit window for
+// Lease writes (sqlitegroup.go).
+func startSQLiteBackendWindow(t *testing.T, window time.Duration) (context.Context, createRevisionFix) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(testContext(t))
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -110,7 +117,7 @@ func startSQLiteBackend(t *testing.T) (context.Context, createRevisionFix) {
 		PollBatchSize:    500,
 		PollInterval:     time.Second,
 	}
-	b, err := newKineBackend(ctx, &wg, &cfg)
+	b, err := newKineBackend(ctx, &wg, &cfg, window)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/k3s-io/kine/pkg/drivers"
 	"github.com/k3s-io/kine/pkg/drivers/sqlite"
@@ -31,7 +32,7 @@ const sqliteMaxIdleConns = 20
 // is assembled here from kine's parts, as NewVariant does, with its log
 // wrapped in commitFeed and appendRecorder; the one NewVariant returns is
 // never started.
-func newKineBackend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config) (createRevisionFix, error) {
+func newKineBackend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config, commitWindow time.Duration) (createRevisionFix, error) {
 	scheme, dsn := util.SchemeAndAddress(cfg.Endpoint)
 	if scheme != "sqlite" {
 		_, backend, err := drivers.New(ctx, wg, cfg)
@@ -52,8 +53,7 @@ func newKineBackend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config
 	if path, err = filepath.Abs(path); err != nil {
 		return createRevisionFix{}, fmt.Errorf("datastore: %w", err)
 	}
-	writes := newWriteTokens()
-	if dialect.DB, err = openSQLite(ctx, wg, "file://"+path+"?"+params, writes); err != nil {
+	if dialect.DB, err = openSQLite(ctx, wg, "file://"+path+"?"+params, commitWindow); err != nil {
 		return createRevisionFix{}, err
 	}
 	dialect.DB.SetMaxIdleConns(sqliteMaxIdleConns)
@@ -65,20 +65,31 @@ func newKineBackend(ctx context.Context, wg *sync.WaitGroup, cfg *drivers.Config
 // sqliteConnector opens connections that keep their compiled statements and
 // queue their writes on one token for the whole database.
 type sqliteConnector struct {
-	base   driver.Connector
-	stmts  int // compiled statements each connection keeps
-	writes writeTokens
+	base  driver.Connector
+	stmts int // compiled statements each connection keeps
+	group *commitGroup
 }
 
+// newSQLiteConnector wraps base: writes in shared transactions committed
+// together (commit window: window), each connection keeping stmts compiled
+// statements.
+func newSQLiteConnector(base driver.Connector, stmts int, window time.Duration) sqliteConnector {
+	return sqliteConnector{base: base, stmts: stmts, group: newCommitGroup(base, stmts, newWriteTokens(), window)}
+}
+
+// Close closes the writer connection, after committing what is open;
+// database/sql calls it from DB.Close.
+func (c sqliteConnector) Close() error { return c.group.close() }
+
 // openSQLite opens dsn (modernc.org/sqlite's form) through sqliteConnector,
-// its writers queued on writes, closing the database when ctx ends; wg counts
-// that goroutine.
-func openSQLite(ctx context.Context, wg *sync.WaitGroup, dsn string, writes writeTokens) (*sql.DB, error) {
+// its writes queued and committed together (commit window: window), closing
+// the database when ctx ends; wg counts that goroutine.
+func openSQLite(ctx context.Context, wg *sync.WaitGroup, dsn string, window time.Duration) (*sql.DB, error) {
 	base, err := sqlite3.NewConnector(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("datastore: %w", err)
 	}
-	db := sql.OpenDB(sqliteConnector{base: base, stmts: stmtCacheSize, writes: writes})
+	db := sql.OpenDB(newSQLiteConnector(base, stmtCacheSize, window))
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("datastore: opening %s: %w", dsn, err)
@@ -104,5 +115,5 @@ func (c sqliteConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		conn.Close()
 		return nil, fmt.Errorf("datastore: the SQLite driver's connection (%T) lacks an interface database/sql needs", conn)
 	}
-	return &writeSerialConn{sqliteConn: newStmtCacheConn(sc, c.stmts), writes: c.writes}, nil
+	return &writeSerialConn{sqliteConn: newStmtCacheConn(sc, c.stmts), group: c.group}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -32,13 +33,15 @@ func openStmtCacheTest(t *testing.T, size int) *sql.DB {
 	if err := setup.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(sqliteConnector{base: base, stmts: size, writes: newWriteTokens()})
+	db := sql.OpenDB(newSQLiteConnector(base, size, 0))
 	db.SetMaxOpenConns(1)
 	t.Cleanup(func() { db.Close() })
 	return db
 }
 
-// cachedTexts is the SQL the connection keeps, most recently used first.
+// cachedTexts is the SQL the connection keeps, most recently used first,
+// then what the writer connection keeps of the writes (sqlitegroup.go), less
+// the group's own transaction statements.
 func cachedTexts(t *testing.T, db *sql.DB) []string {
 	t.Helper()
 	conn, err := db.Conn(context.Background())
@@ -58,6 +61,17 @@ func cachedTexts(t *testing.T, db *sql.DB) []string {
 		}
 		for el := c.lru.Front(); el != nil; el = el.Next() {
 			texts = append(texts, el.Value.(*stmtEntry).text)
+		}
+		w.group.writes <- struct{}{}
+		defer w.group.writes.give()
+		if wc, ok := w.group.conn.(*stmtCacheConn); ok {
+			for el := wc.lru.Front(); el != nil; el = el.Next() {
+				text := el.Value.(*stmtEntry).text
+				if !strings.HasPrefix(text, "BEGIN") && !strings.HasPrefix(text, "SAVEPOINT") &&
+					!strings.HasPrefix(text, "RELEASE") && !strings.HasPrefix(text, "COMMIT") && !strings.HasPrefix(text, "ROLLBACK") {
+					texts = append(texts, text)
+				}
+			}
 		}
 		return nil
 	})
@@ -160,7 +174,9 @@ func TestStmtCache(t *testing.T) {
 				t.Error("update lost")
 			}
 		},
-		kept: []string{sel, `UPDATE kv SET v = v + 10 WHERE k = ?`, `SELECT k FROM kv ORDER BY k`},
+		// The transaction ran on the writer connection, which keeps its
+		// own statements (after the pool connection's sel).
+		kept: []string{sel, `UPDATE kv SET v = v + 10 WHERE k = ?`, sel, `SELECT k FROM kv ORDER BY k`},
 	}, {
 		name: "least recently used statements are dropped, also while their rows are open",
 		size: 2,

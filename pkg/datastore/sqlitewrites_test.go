@@ -22,7 +22,7 @@ func TestWriteSerialConn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(sqliteConnector{base: base, stmts: stmtCacheSize, writes: newWriteTokens()})
+	db := sql.OpenDB(newSQLiteConnector(base, stmtCacheSize, 0))
 	t.Cleanup(func() { db.Close() })
 	if _, err := db.Exec(`CREATE TABLE n (w INTEGER, i INTEGER)`); err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestWriteSerialConnWaitEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(sqliteConnector{base: base, stmts: stmtCacheSize, writes: newWriteTokens()})
+	db := sql.OpenDB(newSQLiteConnector(base, stmtCacheSize, 0))
 	t.Cleanup(func() { db.Close() })
 	if _, err := db.Exec(`CREATE TABLE n (i INTEGER)`); err != nil {
 		t.Fatal(err)
