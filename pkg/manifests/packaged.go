@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"regexp"
 	"strings"
-	"text/template"
 )
 
 // Names of the packaged manifests, as --disable takes them. Each is the file
@@ -64,15 +64,48 @@ func Packaged(v Values) (map[string][]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		tmpl, err := template.New(e.Name()).Option("missingkey=error").Parse(string(raw))
+		rendered, err := render(raw, v.fields())
 		if err != nil {
 			return nil, fmt.Errorf("packaged manifest %s: %w", e.Name(), err)
 		}
-		var buf bytes.Buffer
-		if err := tmpl.Execute(&buf, v); err != nil {
-			return nil, fmt.Errorf("packaged manifest %s: %w", e.Name(), err)
+		out[strings.TrimSuffix(e.Name(), ".yaml")] = rendered
+	}
+	return out, nil
+}
+
+// fields are the values a packaged manifest may name, as {{ .Name }}.
+func (v Values) fields() map[string]string {
+	return map[string]string{
+		"ClusterDNS":    v.ClusterDNS.String(),
+		"ClusterDomain": v.ClusterDomain,
+		"CoreDNSImage":  v.CoreDNSImage,
+	}
+}
+
+// placeholder is the one template form the packaged manifests use.
+var placeholder = regexp.MustCompile(`\{\{\s*\.([A-Za-z][A-Za-z0-9]*)\s*\}\}`)
+
+// render replaces every {{ .Name }} in raw with fields[Name]. It is not
+// text/template on purpose: text/template's method lookup by name makes the
+// Go linker keep every exported method of every type in the binary
+// (docs/PERFORMANCE.md, "Binary size"). A name that fields lack and any other
+// {{ ... }} are errors, as text/template's missingkey=error made them.
+func render(raw []byte, fields map[string]string) ([]byte, error) {
+	var missing []string
+	out := placeholder.ReplaceAllFunc(raw, func(m []byte) []byte {
+		name := string(placeholder.FindSubmatch(m)[1])
+		val, ok := fields[name]
+		if !ok {
+			missing = append(missing, name)
 		}
-		out[strings.TrimSuffix(e.Name(), ".yaml")] = buf.Bytes()
+		return []byte(val)
+	})
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("no value for %s", strings.Join(missing, ", "))
+	}
+	if i := bytes.Index(out, []byte("{{")); i >= 0 {
+		line := bytes.Count(out[:i], []byte("\n")) + 1
+		return nil, fmt.Errorf("line %d: only {{ .Name }} placeholders are supported", line)
 	}
 	return out, nil
 }

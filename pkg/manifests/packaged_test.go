@@ -125,3 +125,33 @@ func TestDecode(t *testing.T) {
 		})
 	}
 }
+
+func TestRender(t *testing.T) {
+	fields := map[string]string{"A": "one", "Image": "example.org/x:v1"}
+	tests := []struct {
+		name, in, want, wantErr string
+	}{
+		{name: "spaced and tight", in: "a: {{ .A }}\nb: {{.Image}}\n", want: "a: one\nb: example.org/x:v1\n"},
+		{name: "twice", in: "{{ .A }}-{{ .A }}", want: "one-one"},
+		{name: "nothing to fill", in: "plain: yaml\n", want: "plain: yaml\n"},
+		{name: "unknown name", in: "x: {{ .B }}\ny: {{ .C }}", wantErr: "no value for B, C"},
+		{name: "other template forms", in: "ok: 1\nx: {{ if .A }}y{{ end }}", wantErr: "line 2: only {{ .Name }}"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := render([]byte(tt.in), fields)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Errorf("render = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
