@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
@@ -188,7 +189,10 @@ func infoOf(s *corev1.Secret) (Info, bool) {
 }
 
 // Delete deletes the bootstrap tokens of the given IDs (or "<id>.<secret>"
-// strings). Every ID is tried; the error names each one that failed.
+// strings) and returns once cluster-info no longer carries their signatures,
+// so that discovery with a deleted token fails from then on (the bootstrap
+// signer drops a signature shortly after its Secret goes). Every ID is tried;
+// the error names each one that failed.
 func Delete(ctx context.Context, client kubernetes.Interface, ids ...string) error {
 	var errs []error
 	for _, id := range ids {
@@ -205,7 +209,40 @@ func Delete(ctx context.Context, client kubernetes.Interface, ids ...string) err
 			errs = append(errs, fmt.Errorf("no token with ID %s (expired, or already deleted; `edgeplane token list` shows the tokens)", id))
 		case err != nil:
 			errs = append(errs, fmt.Errorf("deleting token %s: %w", id, err))
+		default:
+			if err := waitUnsigned(ctx, client, id); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// unsignWait bounds how long Delete waits for the bootstrap signer.
+var unsignWait = 15 * time.Second
+
+// waitUnsigned waits until kube-public/cluster-info has no signature for the
+// token id.
+func waitUnsigned(ctx context.Context, client kubernetes.Interface, id string) error {
+	key := bootstrapapi.JWSSignatureKeyPrefix + id
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, unsignWait, true, func(ctx context.Context) (bool, error) {
+		cm, err := client.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err != nil:
+			lastErr = err
+			return false, nil
+		}
+		_, signed := cm.Data[key]
+		return !signed, nil
+	})
+	if err != nil {
+		if lastErr != nil {
+			err = lastErr
+		}
+		return fmt.Errorf("token %s deleted, but kube-public/cluster-info still carries its signature (%v): discovery with it works until the controller-manager's bootstrap signer removes it", id, err)
+	}
+	return nil
 }
