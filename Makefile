@@ -83,5 +83,12 @@ RELIABILITY_RUN ?= TestCrash|TestPowerCut|TestSoak|TestDiskFault|TestEtcdFault|T
 reliability:
 	EDGEPLANE_RELIABILITY_FULL=1 go test -count=1 -v -timeout 180m -run '$(RELIABILITY_RUN)' ./test/e2e/
 
+# Why the linker keeps methods edgeplane never calls: the chain from main to
+# each function that looks a method up by a computed name (docs/PERFORMANCE.md,
+# "Binary size"). Exits 1 while there is one.
+.PHONY: deadcode
+deadcode:
+	go build -ldflags=-dumpdep -o /dev/null ./cmd/edgeplane 2>&1 | go run ./hack/whydead
+
 clean:
 	rm -rf bin dist
