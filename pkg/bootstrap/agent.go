@@ -117,7 +117,7 @@ func (o *AgentOptions) Complete() (CompletedAgentOptions, error) {
 // Validate returns every problem with the options.
 func (c CompletedAgentOptions) Validate() []error {
 	errs := slices.Clone(c.problems)
-	k := c.Node.kubeletOptions(agent.PathsIn("/"), "unix:///x", "/x", "cluster.local", nil)
+	k := c.Node.kubeletOptions(agent.PathsIn("/"), "unix:///x", "/x", nodeconfig.Config{ClusterDomain: "cluster.local"})
 	for _, err := range k.Validate() {
 		errs = append(errs, err)
 	}
@@ -159,7 +159,7 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) error {
 	for _, w := range rt.Warnings {
 		logger.Info("Container runtime: "+w, "runtime", rt.Name, "version", rt.Version)
 	}
-	kopts := o.Node.kubeletOptions(paths, rt.Endpoint, paths.ClientCA, nc.ClusterDomain, nc.ClusterDNS)
+	kopts := o.Node.kubeletOptions(paths, rt.Endpoint, paths.ClientCA, nc)
 	kopts.BootstrapKubeconfig = paths.BootstrapKubeconfig
 	k, err := kubelet.New(kopts)
 	if err != nil {

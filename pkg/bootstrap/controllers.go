@@ -7,7 +7,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/controllers"
+	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 )
 
 // Components that --disable turns off.
@@ -42,14 +44,10 @@ func parseDisableOf(allowed, values []string) (map[string]bool, []error) {
 	return set, errs
 }
 
-// startControllers starts the controller-manager and the scheduler, unless
-// disabled, once the API server is ready. Neither needs the other, so they
-// start together (the scheduler used to wait ~0.1 s behind the
-// controller-manager's ~0.5-1 s). Started after the chain, they are stopped
-// before it, the scheduler first.
-func (s *server) startControllers(ctx context.Context, o CompletedOptions) error {
-	opts := controllers.Options{
-		PKI:               s.pki,
+// controllerOptions are the controller-manager's and the scheduler's options.
+func (o CompletedOptions) controllerOptions(pki *certs.PKI) controllers.Options {
+	return controllers.Options{
+		PKI:               pki,
 		ClusterCIDR:       o.ClusterCIDR,
 		AllocateNodeCIDRs: o.AllocateNodeCIDRs,
 		ServiceCIDR:       o.ServiceCIDR,
@@ -58,7 +56,18 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 		LeaderElect: o.sharedDatastore(),
 		MaxWorkers:  o.Profile.ControllerWorkers,
 		Lean:        o.Profile.LeanControllers,
+
+		NodeMonitorGracePeriod: nodeconfig.MonitorGracePeriod(o.NodeHeartbeat),
 	}
+}
+
+// startControllers starts the controller-manager and the scheduler, unless
+// disabled, once the API server is ready. Neither needs the other, so they
+// start together (the scheduler used to wait ~0.1 s behind the
+// controller-manager's ~0.5-1 s). Started after the chain, they are stopped
+// before it, the scheduler first.
+func (s *server) startControllers(ctx context.Context, o CompletedOptions) error {
+	opts := o.controllerOptions(s.pki)
 	// healthChecked is a component that also reports its health to /readyz.
 	type healthChecked interface {
 		Component

@@ -38,10 +38,8 @@ func (s *server) publishNodeConfig(ctx context.Context, o CompletedOptions) erro
 	if err != nil {
 		return err
 	}
-	nc := nodeconfig.Config{
-		ClientCA: ca, ClusterDomain: o.ClusterDomain, ClusterDNS: []net.IP{o.ClusterDNS},
-		ClusterCIDR: o.ClusterCIDR, FlannelBackend: o.Network.FlannelBackend, KubeProxyMode: o.Network.KubeProxyMode,
-	}
+	nc := o.nodeSettings()
+	nc.ClientCA = ca
 	if err := retryTransient(ctx, "publishing the node settings", func(ctx context.Context) error {
 		return nodeconfig.Publish(ctx, client, nc)
 	}); err != nil {
@@ -53,6 +51,16 @@ func (s *server) publishNodeConfig(ctx context.Context, o CompletedOptions) erro
 	return retryTransient(ctx, "letting nodes run kube-proxy", func(ctx context.Context) error {
 		return kubeproxy.EnsureRBAC(ctx, client)
 	})
+}
+
+// nodeSettings are the cluster's settings for nodes (published to agents,
+// and the server's own node's), but for the client CA.
+func (o CompletedOptions) nodeSettings() nodeconfig.Config {
+	return nodeconfig.Config{
+		ClusterDomain: o.ClusterDomain, ClusterDNS: []net.IP{o.ClusterDNS},
+		ClusterCIDR: o.ClusterCIDR, FlannelBackend: o.Network.FlannelBackend, KubeProxyMode: o.Network.KubeProxyMode,
+		NodeLeaseDuration: nodeconfig.LeaseDuration(o.NodeHeartbeat),
+	}
 }
 
 // startNode makes the server its own node when a container runtime is there,
@@ -90,7 +98,7 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 	if _, err := certs.EnsureNodeClient(ctx, s.pki, o.Node.Name, paths.CertDir, paths.Kubeconfig, localServerURL(o.BindAddress, port)); err != nil {
 		return err
 	}
-	kopts := o.Node.kubeletOptions(paths, rt.Endpoint, s.pki.ClientCA.Cert, o.ClusterDomain, []net.IP{o.ClusterDNS})
+	kopts := o.Node.kubeletOptions(paths, rt.Endpoint, s.pki.ClientCA.Cert, o.nodeSettings())
 	k, err := kubelet.New(kopts)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/pkg/controllers"
 	"github.com/edgeplane/edgeplane/pkg/kubeadmcompat"
+	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
 )
 
@@ -63,7 +64,8 @@ func (s *server) startNodeJoin(ctx context.Context, o CompletedOptions) error {
 		ClusterDomain:     o.ClusterDomain,
 		// The kube-dns Service's address (packaged CoreDNS, or the user's
 		// own DNS at that address with --disable=coredns).
-		ClusterDNS: []net.IP{o.ClusterDNS},
+		ClusterDNS:        []net.IP{o.ClusterDNS},
+		NodeLeaseDuration: nodeconfig.LeaseDuration(o.NodeHeartbeat),
 	}
 	if errs := compat.Validate(); len(errs) > 0 {
 		return fmt.Errorf("node join: %v", errs)

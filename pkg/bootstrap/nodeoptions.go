@@ -13,6 +13,7 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/agent"
 	"github.com/edgeplane/edgeplane/pkg/cni"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
+	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 )
 
 // componentKubelet is the --disable name of a server's own node.
@@ -132,7 +133,7 @@ func (o *NodeOptions) complete(hostname string) (nodeCompleted, []error) {
 
 // kubeletOptions fills the kubelet's options for this node; dir is the
 // node's files (under <data-dir>/agent).
-func (c nodeCompleted) kubeletOptions(p agent.Paths, runtimeEndpoint, clientCA, clusterDomain string, clusterDNS []net.IP) kubelet.Options {
+func (c nodeCompleted) kubeletOptions(p agent.Paths, runtimeEndpoint, clientCA string, cluster nodeconfig.Config) kubelet.Options {
 	return kubelet.Options{
 		NodeName:        c.Name,
 		NodeIPs:         c.IPs,
@@ -143,10 +144,12 @@ func (c nodeCompleted) kubeletOptions(p agent.Paths, runtimeEndpoint, clientCA, 
 		Kubeconfig:      p.Kubeconfig,
 		ClientCAFile:    clientCA,
 		RuntimeEndpoint: runtimeEndpoint,
-		ClusterDomain:   clusterDomain,
-		ClusterDNS:      clusterDNS,
+		ClusterDomain:   cluster.ClusterDomain,
+		ClusterDNS:      cluster.ClusterDNS,
 		PodLogsDir:      c.PodLogsDir,
 		ExtraArgs:       c.KubeletArgs,
+
+		NodeLeaseDuration: cluster.NodeLeaseDuration,
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/controllers"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
 	"github.com/edgeplane/edgeplane/pkg/manifests"
+	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 	"github.com/edgeplane/edgeplane/pkg/preflight"
 )
 
@@ -40,6 +41,7 @@ type Options struct {
 	WriteKubeconfig     string
 	WriteKubeconfigMode string
 	CompactionInterval  time.Duration
+	NodeHeartbeat       time.Duration
 	Disable             []string
 	ClusterCIDR         string
 	AllocateNodeCIDRs   bool
@@ -65,6 +67,7 @@ func NewOptions() *Options {
 		CoreDNSImage:        manifests.DefaultCoreDNSImage,
 		WriteKubeconfigMode: "0600",
 		CompactionInterval:  5 * time.Minute,
+		NodeHeartbeat:       nodeconfig.DefaultHeartbeat,
 		ClusterCIDR:         controllers.DefaultClusterCIDR,
 		AllocateNodeCIDRs:   true,
 		Profile:             ProfileAuto,
@@ -102,6 +105,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WriteKubeconfig, "write-kubeconfig", o.WriteKubeconfig, "Also write the admin kubeconfig to this path.")
 	fs.StringVar(&o.WriteKubeconfigMode, "write-kubeconfig-mode", o.WriteKubeconfigMode, "File mode (octal) of the admin kubeconfig files.")
 	fs.DurationVar(&o.CompactionInterval, "compaction-interval", o.CompactionInterval, "How often the API server compacts old revisions in the datastore (0 turns it off; see docs/FLASH.md).")
+	fs.DurationVar(&o.NodeHeartbeat, "node-heartbeat", o.NodeHeartbeat, "How often every node renews its Lease; a node is NotReady after five missed renewals (50 s at upstream's 10 s). Longer writes less on many nodes and flaky links, and notices a dead node later (docs/NODES.md).")
 	fs.StringSliceVar(&o.Disable, "disable", o.Disable, "Components not to run, comma-separated (repeatable): "+strings.Join(disableable, ", ")+".")
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", o.ClusterCIDR, "Pod network: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma.")
 	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", o.AllocateNodeCIDRs, "Give each Node a pod CIDR from --cluster-cidr (nodes need one for the pod network).")
@@ -136,6 +140,9 @@ type completedOptions struct {
 	WriteKubeconfig    string
 	KubeconfigMode     os.FileMode
 	CompactionInterval time.Duration
+	// NodeHeartbeat is --node-heartbeat: nodeconfig derives the kubelets'
+	// Lease and the node lifecycle controller's grace period from it.
+	NodeHeartbeat time.Duration
 	// Disabled holds the components --disable turned off.
 	Disabled          map[string]bool
 	ClusterCIDR       string
@@ -254,6 +261,9 @@ func (o *Options) Complete() (CompletedOptions, error) {
 	}
 	if c.CompactionInterval = o.CompactionInterval; c.CompactionInterval < 0 {
 		bad("--compaction-interval %s must not be negative", o.CompactionInterval)
+	}
+	if c.NodeHeartbeat = o.NodeHeartbeat; nodeconfig.ValidateHeartbeat(o.NodeHeartbeat) != nil {
+		c.problems = append(c.problems, nodeconfig.ValidateHeartbeat(o.NodeHeartbeat))
 	}
 	if mode, err := strconv.ParseUint(o.WriteKubeconfigMode, 8, 32); err != nil || mode > 0o777 {
 		bad("--write-kubeconfig-mode %q is not an octal file mode such as 0600", o.WriteKubeconfigMode)

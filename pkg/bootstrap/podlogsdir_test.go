@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/edgeplane/edgeplane/pkg/agent"
+	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 )
 
 // TestPodLogsDir: --pod-logs-dir reaches the kubelet's options; a relative
@@ -30,7 +31,7 @@ func TestPodLogsDir(t *testing.T) {
 			if len(errs) > 0 {
 				t.Fatal(errs)
 			}
-			if got := c.kubeletOptions(agent.PathsIn("/d"), "unix:///x", "/ca", "cluster.local", nil).PodLogsDir; got != tc.want {
+			if got := c.kubeletOptions(agent.PathsIn("/d"), "unix:///x", "/ca", nodeconfig.Config{ClusterDomain: "cluster.local"}).PodLogsDir; got != tc.want {
 				t.Fatalf("kubelet PodLogsDir = %q, want %q", got, tc.want)
 			}
 		})

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	netutils "k8s.io/utils/net"
 
@@ -66,6 +67,12 @@ type Options struct {
 	// Lean turns off controllers an edge host can do without, for memory
 	// (the small profile; see leanDisabledControllers).
 	Lean bool
+
+	// NodeMonitorGracePeriod is how long a node may go without renewing its
+	// Lease before the node lifecycle controller marks it NotReady
+	// (nodeconfig.MonitorGracePeriod of --node-heartbeat); 0 keeps upstream's
+	// 50 s.
+	NodeMonitorGracePeriod time.Duration
 }
 
 // clusterCIDR is ClusterCIDR with the default applied, in the canonical

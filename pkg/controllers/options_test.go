@@ -133,6 +133,13 @@ func TestControllerManagerOptions(t *testing.T) {
 			},
 		},
 		{
+			name: "node heartbeat",
+			opts: Options{PKI: pki, NodeMonitorGracePeriod: 150 * time.Second},
+			check: func(t *testing.T, s *cmoptions.KubeControllerManagerOptions) {
+				eq(t, "node monitor grace period", s.NodeLifecycleController.NodeMonitorGracePeriod.Duration, 150*time.Second)
+			},
+		},
+		{
 			name: "node IPAM",
 			opts: Options{PKI: pki, ClusterCIDR: "10.99.0.0/16", AllocateNodeCIDRs: true, ServiceCIDR: cidr(t, "10.100.0.0/16")},
 			check: func(t *testing.T, s *cmoptions.KubeControllerManagerOptions) {

@@ -77,6 +77,9 @@ func controllerManagerOptions(o *Options) (*cmoptions.KubeControllerManagerOptio
 
 	// Node lifecycle: see nodeLifecycleFlagDefaults.
 	nodeLifecycleFlagDefaults(s)
+	if o.NodeMonitorGracePeriod > 0 {
+		s.NodeLifecycleController.NodeMonitorGracePeriod.Duration = o.NodeMonitorGracePeriod
+	}
 
 	// Node IPAM.
 	s.KubeCloudShared.ClusterCIDR = o.clusterCIDR()

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/url"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -85,6 +86,9 @@ func kubeletConfigMap(c Config) (*corev1.ConfigMap, error) {
 	}
 	for _, ip := range c.ClusterDNS {
 		kc.ClusterDNS = append(kc.ClusterDNS, ip.String())
+	}
+	if c.NodeLeaseDuration > 0 {
+		kc.NodeLeaseDurationSeconds = int32(c.NodeLeaseDuration / time.Second)
 	}
 	b, err := yaml.Marshal(&kc)
 	if err != nil {

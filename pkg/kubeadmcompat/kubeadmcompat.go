@@ -29,6 +29,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,6 +54,9 @@ type Config struct {
 	ClusterDomain string
 	// ClusterDNS is the cluster DNS Service's address(es); may be empty.
 	ClusterDNS []net.IP
+	// NodeLeaseDuration is the kubelets' node Lease duration (the cluster's
+	// --node-heartbeat); 0 keeps the kubelet's default.
+	NodeLeaseDuration time.Duration
 }
 
 // Validate returns every problem with c.

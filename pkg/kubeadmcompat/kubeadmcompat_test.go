@@ -46,7 +46,7 @@ func testConfig(t *testing.T) Config {
 	return Config{
 		ServerURL: "https://192.0.2.10:6443", CAPEM: testCA(t), KubernetesVersion: "v1.37.2",
 		ServiceCIDR: "10.43.0.0/16", PodCIDR: "10.42.0.0/16", ClusterDomain: "cluster.local",
-		ClusterDNS: []net.IP{net.ParseIP("10.43.0.10")},
+		ClusterDNS: []net.IP{net.ParseIP("10.43.0.10")}, NodeLeaseDuration: 80 * time.Second,
 	}
 }
 
@@ -123,7 +123,8 @@ func TestKubeadmConfigMapsDecode(t *testing.T) {
 			t.Fatal(err)
 		}
 		if kc.Kind != "KubeletConfiguration" || kc.ClusterDomain != c.ClusterDomain || len(kc.ClusterDNS) != 1 || kc.ClusterDNS[0] != "10.43.0.10" ||
-			*kc.Authentication.Anonymous.Enabled || !*kc.Authentication.Webhook.Enabled || kc.Authorization.Mode != kubeletv1beta1.KubeletAuthorizationModeWebhook {
+			*kc.Authentication.Anonymous.Enabled || !*kc.Authentication.Webhook.Enabled || kc.Authorization.Mode != kubeletv1beta1.KubeletAuthorizationModeWebhook ||
+			kc.NodeLeaseDurationSeconds != 80 {
 			t.Errorf("decoded KubeletConfiguration = %+v", kc)
 		}
 	})

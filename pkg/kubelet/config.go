@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -94,6 +95,11 @@ func (o *Options) server(logger klog.Logger, cgroupV2 bool) (*kubeletoptions.Kub
 	// Cluster DNS.
 	c.ClusterDomain = o.ClusterDomain
 	c.ClusterDNS = ipStrings(o.ClusterDNS)
+
+	// Heartbeat.
+	if o.NodeLeaseDuration > 0 {
+		c.NodeLeaseDurationSeconds = int32(o.NodeLeaseDuration / time.Second)
+	}
 
 	if errs := applyExtraArgs(s, o.ExtraArgs); len(errs) > 0 {
 		return nil, utilerrors.NewAggregate(errs)

@@ -17,6 +17,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -86,6 +87,9 @@ type Options struct {
 	// ClusterDomain and ClusterDNS fill the pods' resolv.conf.
 	ClusterDomain string
 	ClusterDNS    []net.IP
+	// NodeLeaseDuration is the node Lease's duration, renewed every quarter
+	// of it (the cluster's --node-heartbeat); 0 keeps the kubelet's 40 s.
+	NodeLeaseDuration time.Duration
 
 	// Port and HealthzPort; 0 means the upstream defaults.
 	Port        int32

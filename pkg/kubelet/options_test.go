@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/klog/v2/ktesting"
 	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
@@ -103,6 +104,7 @@ func TestServerSettings(t *testing.T) {
 	o.NodeIPs = []net.IP{net.ParseIP("192.0.2.7")}
 	o.NodeLabels = map[string]string{"edge.example/zone": "a"}
 	o.ClusterDNS = []net.IP{net.ParseIP("10.43.0.10")}
+	o.NodeLeaseDuration = 2 * time.Minute
 	o.ExtraArgs = []string{"max-pods=50", "--node-status-update-frequency=20s"}
 	s, err := o.server(logger, false)
 	if err != nil {
@@ -129,6 +131,7 @@ func TestServerSettings(t *testing.T) {
 		{"fail on cgroup v1", c.FailCgroupV1, false},
 		{"fail on swap", c.FailSwapOn, false},
 		{"cluster DNS", strings.Join(c.ClusterDNS, ","), "10.43.0.10"},
+		{"node lease duration", c.NodeLeaseDurationSeconds, int32(120)},
 		{"max pods from --kubelet-arg", c.MaxPods, int32(50)},
 		{"status frequency from --kubelet-arg", c.NodeStatusUpdateFrequency.Duration.String(), "20s"},
 	} {

@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -35,6 +37,7 @@ const (
 	keyClusterCIDR   = "cluster-cidr"
 	keyFlannel       = "flannel-backend"
 	keyKubeProxy     = "kube-proxy-mode"
+	keyLease         = "node-lease-duration"
 )
 
 // Config is the cluster's settings for nodes.
@@ -53,6 +56,10 @@ type Config struct {
 	// KubeProxyMode is the server's --kube-proxy-mode (auto, nftables,
 	// iptables; each node resolves auto itself); empty: no kube-proxy.
 	KubeProxyMode string
+	// NodeLeaseDuration is the kubelets' node Lease duration
+	// (LeaseDuration of the server's --node-heartbeat); 0: the kubelet's
+	// default. Published in whole seconds.
+	NodeLeaseDuration time.Duration
 }
 
 // Publish creates or updates the ConfigMap and its reader Role and binding.
@@ -67,6 +74,9 @@ func Publish(ctx context.Context, client kubernetes.Interface, c Config) error {
 			keyFlannel:       c.FlannelBackend,
 			keyKubeProxy:     c.KubeProxyMode,
 		},
+	}
+	if c.NodeLeaseDuration > 0 {
+		cm.Data[keyLease] = strconv.Itoa(int(c.NodeLeaseDuration / time.Second))
 	}
 	role := &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: roleName, Namespace: Namespace, Labels: managedBy},
@@ -135,6 +145,13 @@ func Fetch(ctx context.Context, client kubernetes.Interface) (Config, error) {
 	}
 	if len(c.ClientCA) == 0 {
 		return Config{}, errors.New("nodeconfig: the server published no client CA: upgrade the server")
+	}
+	if s := cm.Data[keyLease]; s != "" {
+		secs, err := strconv.Atoi(s)
+		if err != nil || secs <= 0 {
+			return Config{}, fmt.Errorf("nodeconfig: node lease duration %q is not a number of seconds", s)
+		}
+		c.NodeLeaseDuration = time.Duration(secs) * time.Second
 	}
 	for _, s := range strings.Split(cm.Data[keyClusterDNS], ",") {
 		if s = strings.TrimSpace(s); s == "" {

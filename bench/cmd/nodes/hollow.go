@@ -27,6 +27,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubemark"
 
 	"github.com/edgeplane/edgeplane/pkg/agent"
+	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
 )
 
@@ -62,7 +63,8 @@ func runHollow(ctx context.Context, c hollowConfig) error {
 		return fmt.Errorf("hollow node: -token: %w", err)
 	}
 	paths := agent.PathsIn(c.Dir)
-	if err := join(ctx, c, tok, paths); err != nil {
+	nc, err := join(ctx, c, tok, paths)
+	if err != nil {
 		return err
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", paths.Kubeconfig)
@@ -98,6 +100,11 @@ func runHollow(ctx context.Context, c hollowConfig) error {
 	// The host's iptables belong to the host (and to the other tests on it):
 	// a hollow node has no pod network, so it sets up no chains there.
 	kc.MakeIPTablesUtilChains = false
+	// The cluster's heartbeat, as an agent's kubelet takes it (the server's
+	// --node-heartbeat; upstream's 40 s Lease unless it says otherwise).
+	if nc.NodeLeaseDuration > 0 {
+		kc.NodeLeaseDurationSeconds = int32(nc.NodeLeaseDuration / time.Second)
+	}
 
 	// The heartbeat client as the kubelet builds it: no client-side rate
 	// limit, a timeout of the lease duration at most.
@@ -152,28 +159,31 @@ func runHollow(ctx context.Context, c hollowConfig) error {
 // systemd restarts an agent whose join failed: agent.Join ends at the first
 // request that times out, and N nodes joining at once on a loaded host meet
 // timeouts (seen with 50 nodes against embedded etcd at load 17-23).
-func join(ctx context.Context, c hollowConfig, tok nodetoken.Token, paths agent.Paths) error {
+func join(ctx context.Context, c hollowConfig, tok nodetoken.Token, paths agent.Paths) (nodeconfig.Config, error) {
 	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
-	var err error
+	var (
+		nc  nodeconfig.Config
+		err error
+	)
 	delay := 2 * time.Second
 	for attempt := 1; attempt <= 5; attempt++ {
-		if _, err = agent.Join(ctx, agent.JoinConfig{Server: c.Server, Token: tok, NodeName: c.Name, Paths: paths}); err != nil {
+		if nc, err = agent.Join(ctx, agent.JoinConfig{Server: c.Server, Token: tok, NodeName: c.Name, Paths: paths}); err != nil {
 			err = fmt.Errorf("hollow node %s: join (attempt %d): %w", c.Name, attempt, err)
 		} else if err = bootstrap.LoadClientCert(ctx, paths.Kubeconfig, paths.BootstrapKubeconfig, paths.CertDir, types.NodeName(c.Name)); err != nil {
 			err = fmt.Errorf("hollow node %s: TLS bootstrap (attempt %d): %w", c.Name, attempt, err)
 		} else {
-			return nil
+			return nc, nil
 		}
 		klog.FromContext(ctx).Info("Join failed, starting it again", "err", err.Error(), "after", delay)
 		select {
 		case <-ctx.Done():
-			return err
+			return nc, err
 		case <-time.After(delay):
 		}
 		delay *= 2
 	}
-	return err
+	return nc, err
 }
 
 // leaseTimer times the heartbeat client's Lease updates.

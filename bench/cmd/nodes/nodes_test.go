@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
 )
 
@@ -81,11 +82,11 @@ func (l *lockedBuffer) String() string {
 // startEdgeplane starts a control-plane-only server on SQLite, on loopback
 // and a port of the kernel's choosing, and returns its data dir and admin
 // client once it says it is ready. It is killed at cleanup.
-func startEdgeplane(t *testing.T) (string, *kubernetes.Clientset) {
+func startEdgeplane(t *testing.T, args ...string) (string, *kubernetes.Clientset) {
 	t.Helper()
 	dataDir := t.TempDir()
-	cmd := exec.Command(edgeplaneBinary, "server", "--data-dir", dataDir, "--bind-address", "127.0.0.1",
-		"--https-port", "0", "--disable=kubelet", "--profile", "small")
+	cmd := exec.Command(edgeplaneBinary, append([]string{"server", "--data-dir", dataDir, "--bind-address", "127.0.0.1",
+		"--https-port", "0", "--disable=kubelet", "--profile", "small"}, args...)...)
 	out := &lockedBuffer{}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = out, io.MultiWriter(out, pw)
@@ -134,25 +135,28 @@ func startEdgeplane(t *testing.T) (string, *kubernetes.Clientset) {
 	return dataDir, kubernetes.NewForConfigOrDie(cfg)
 }
 
-// nodeMonitorGracePeriod is the controller-manager's default
-// --node-monitor-grace-period (k8s.io/kubernetes v1.37.2,
-// pkg/controller/nodelifecycle/config/v1alpha1/defaults.go); edgeplane has
-// no flag to change it. nodeMonitorPeriod is how often the controller looks.
+// testHeartbeat is the server's --node-heartbeat in TestHollowNodes: not
+// upstream's 10 s, so that the test proves the nodes' Lease and the node
+// lifecycle controller's grace period follow the setting (the default's are
+// upstream's own: pkg/nodeconfig TestDefaultHeartbeatIsUpstreams), and a
+// dead node is found in 25 s instead of 50. nodeMonitorPeriod is how often
+// the controller looks (upstream's 5 s).
 const (
-	nodeMonitorGracePeriod = 50 * time.Second
-	nodeMonitorPeriod      = 5 * time.Second
+	testHeartbeat     = 5 * time.Second
+	nodeMonitorPeriod = 5 * time.Second
 )
 
 // TestHollowNodes: five simulated nodes join a real server through their
 // node token and TLS bootstrap, get Ready, run one pod each (a hard spread
 // over nodes), and the one that is killed is marked NotReady within the
-// node monitor grace period while the others stay Ready.
+// node monitor grace period of the server's --node-heartbeat while the
+// others stay Ready.
 func TestHollowNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server and five hollow kubelets")
 	}
 	const n = 5
-	dataDir, cs := startEdgeplane(t)
+	dataDir, cs := startEdgeplane(t, "--node-heartbeat="+testHeartbeat.String())
 	tok, ok, err := nodetoken.ReadFile(dataDir)
 	if err != nil || !ok {
 		t.Fatalf("node token in %s: ok=%v err=%v", dataDir, ok, err)
@@ -192,6 +196,23 @@ func TestHollowNodes(t *testing.T) {
 	}
 	if err := waitNodesReady(ctx, cs, "hollow", n, 2*time.Minute, dead); err != nil {
 		t.Fatal(err)
+	}
+	// Each took the server's heartbeat: its Lease (made soon after the node
+	// registers) lasts four heartbeats; the kubelet renews it every quarter.
+	for i := range n {
+		var got *int32
+		want := int32(nodeconfig.LeaseDuration(testHeartbeat) / time.Second)
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			lease, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, f.name(i), metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			got = lease.Spec.LeaseDurationSeconds
+			return true, nil
+		})
+		if err != nil || got == nil || *got != want {
+			t.Errorf("node %s's Lease lasts %v s (err %v), want %d", f.name(i), got, err, want)
+		}
 	}
 	// Each joined through the node token: its client certificate came from
 	// a CSR made with the bootstrap token, for its own node name.
@@ -236,10 +257,10 @@ func TestHollowNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// NotReady comes 40-55 s after the kill (the last renewal was 0-10 s
-	// before it; the controller looks every 5 s): 10 s of slack for a
-	// loaded host.
-	limit := nodeMonitorGracePeriod + nodeMonitorPeriod + 10*time.Second
+	// NotReady comes 20-30 s after the kill (a grace period of five
+	// heartbeats, the last renewal 0-5 s before the kill; the controller
+	// looks every 5 s): 10 s of slack for a loaded host.
+	limit := nodeconfig.MonitorGracePeriod(testHeartbeat) + nodeMonitorPeriod + 10*time.Second
 	t.Logf("killed node %s NotReady %.1f s after its kubelet died (limit %s)", f.name(victim), d0.Seconds(), limit)
 	if d0 > limit {
 		t.Errorf("killed node NotReady after %s, want within %s", d0, limit)

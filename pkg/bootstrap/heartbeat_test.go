@@ -1,0 +1,62 @@
+package bootstrap
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/edgeplane/edgeplane/pkg/agent"
+)
+
+// TestNodeHeartbeatFlag: the kubelets' Lease and the node lifecycle
+// controller's grace period follow --node-heartbeat together; bad values are
+// refused naming the flag.
+func TestNodeHeartbeatFlag(t *testing.T) {
+	cases := []struct {
+		name              string
+		args              []string
+		wantLease, wantGP time.Duration
+		wantErr           string
+	}{
+		{name: "upstream's by default", wantLease: 40 * time.Second, wantGP: 50 * time.Second},
+		{name: "every 30 s", args: []string{"--node-heartbeat=30s"}, wantLease: 2 * time.Minute, wantGP: 150 * time.Second},
+		{name: "too often", args: []string{"--node-heartbeat=1s"}, wantErr: "--node-heartbeat 1s: want whole seconds"},
+		{name: "not whole seconds", args: []string{"--node-heartbeat=7500ms"}, wantErr: "--node-heartbeat 7.5s"},
+		{name: "too rare", args: []string{"--node-heartbeat=5m"}, wantErr: "--node-heartbeat 5m0s"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			args := append([]string{"--data-dir", t.TempDir(), "--advertise-address", "192.0.2.1"}, tc.args...)
+			if err := fs.Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			c, err := o.Complete()
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs := c.Validate()
+			if tc.wantErr != "" {
+				if len(errs) != 1 || !strings.Contains(errs[0].Error(), tc.wantErr) {
+					t.Fatalf("problems %v; want one containing %q", errs, tc.wantErr)
+				}
+				return
+			}
+			if len(errs) != 0 {
+				t.Fatalf("problems: %v", errs)
+			}
+			nc := c.nodeSettings()
+			k := c.Node.kubeletOptions(agent.PathsIn("/d"), "unix:///x", "/ca", nc)
+			if nc.NodeLeaseDuration != tc.wantLease || k.NodeLeaseDuration != tc.wantLease {
+				t.Errorf("node lease %s (kubelet %s), want %s", nc.NodeLeaseDuration, k.NodeLeaseDuration, tc.wantLease)
+			}
+			if gp := c.controllerOptions(nil).NodeMonitorGracePeriod; gp != tc.wantGP {
+				t.Errorf("node monitor grace period %s, want %s", gp, tc.wantGP)
+			}
+		})
+	}
+}

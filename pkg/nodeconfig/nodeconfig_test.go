@@ -1,0 +1,94 @@
+package nodeconfig
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	kubeletdefaults "k8s.io/kubernetes/pkg/kubelet/apis/config/v1beta1"
+)
+
+func TestPublishFetch(t *testing.T) {
+	tests := []struct {
+		name  string
+		lease time.Duration
+		want  string // the ConfigMap's node-lease-duration
+	}{
+		{name: "upstream's heartbeat is not published", lease: 0},
+		{name: "a longer lease", lease: LeaseDuration(30 * time.Second), want: "120"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := fake.NewClientset()
+			in := Config{ClientCA: []byte("ca"), ClusterDomain: "cluster.local", ClusterDNS: []net.IP{net.ParseIP("10.43.0.10")}, NodeLeaseDuration: tt.lease}
+			if err := Publish(ctx, client, in); err != nil {
+				t.Fatal(err)
+			}
+			cm, err := client.CoreV1().ConfigMaps(Namespace).Get(ctx, Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cm.Data[keyLease]; got != tt.want {
+				t.Errorf("%s = %q, want %q", keyLease, got, tt.want)
+			}
+			out, err := Fetch(ctx, client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.NodeLeaseDuration != tt.lease || out.ClusterDomain != in.ClusterDomain || !out.ClusterDNS[0].Equal(in.ClusterDNS[0]) {
+				t.Errorf("Fetch = %+v, want %+v", out, in)
+			}
+		})
+	}
+}
+
+func TestFetchBadLease(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	if err := Publish(ctx, client, Config{ClientCA: []byte("ca")}); err != nil {
+		t.Fatal(err)
+	}
+	cm, _ := client.CoreV1().ConfigMaps(Namespace).Get(ctx, Name, metav1.GetOptions{})
+	cm.Data[keyLease] = "40s"
+	if _, err := client.CoreV1().ConfigMaps(Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Fetch(ctx, client); err == nil || !strings.Contains(err.Error(), "not a number of seconds") {
+		t.Fatalf("Fetch: %v, want a bad lease duration error", err)
+	}
+}
+
+func TestValidateHeartbeat(t *testing.T) {
+	for _, tt := range []struct {
+		heartbeat time.Duration
+		ok        bool
+	}{
+		{DefaultHeartbeat, true}, {MinHeartbeat, true}, {MaxHeartbeat, true}, {30 * time.Second, true},
+		{time.Second, false}, {2500 * time.Millisecond, false}, {3 * time.Minute, false}, {0, false},
+	} {
+		if err := ValidateHeartbeat(tt.heartbeat); (err == nil) != tt.ok {
+			t.Errorf("ValidateHeartbeat(%s) = %v, want ok %v", tt.heartbeat, err, tt.ok)
+		}
+	}
+}
+
+// TestDefaultHeartbeatIsUpstreams: at the default heartbeat the kubelets keep
+// upstream's Lease (the kubelet's default nodeLeaseDurationSeconds) and the
+// node lifecycle controller upstream's 50 s grace period, so a changed
+// upstream default shows here.
+func TestDefaultHeartbeatIsUpstreams(t *testing.T) {
+	var kc kubeletv1beta1.KubeletConfiguration
+	kubeletdefaults.SetDefaults_KubeletConfiguration(&kc)
+	if got := time.Duration(kc.NodeLeaseDurationSeconds) * time.Second; got != LeaseDuration(DefaultHeartbeat) {
+		t.Errorf("the kubelet's default Lease is %s, LeaseDuration(DefaultHeartbeat) %s", got, LeaseDuration(DefaultHeartbeat))
+	}
+	if got := MonitorGracePeriod(DefaultHeartbeat); got != 50*time.Second {
+		t.Errorf("MonitorGracePeriod(DefaultHeartbeat) = %s, upstream's --node-monitor-grace-period is 50s", got)
+	}
+}
