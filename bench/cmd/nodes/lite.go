@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +40,9 @@ type liteConfig struct {
 	// StartEvery paces the nodes' joins; at most Parallel join at once.
 	StartEvery time.Duration
 	Parallel   int
+	// HeapProfile, if set, is where the process writes a heap profile as
+	// it stops (before stopping its nodes).
+	HeapProfile string
 }
 
 func liteMain(args []string) int {
@@ -50,6 +55,7 @@ func liteMain(args []string) int {
 	fs.IntVar(&c.Count, "count", 1, "nodes in this process")
 	fs.DurationVar(&c.StartEvery, "start-every", 50*time.Millisecond, "pause between node starts")
 	fs.IntVar(&c.Parallel, "parallel", 8, "joins in flight at most")
+	fs.StringVar(&c.HeapProfile, "heap-profile", "", "write a heap profile here at the end (to see what a node costs)")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -116,6 +122,11 @@ func runLite(ctx context.Context, c liteConfig, cmds io.Reader, events io.Writer
 	for {
 		select {
 		case <-ctx.Done():
+			if c.HeapProfile != "" {
+				if err := writeHeapProfile(c.HeapProfile); err != nil {
+					logger.Error(err, "Writing the heap profile")
+				}
+			}
 			for _, n := range r.nodes {
 				n.kill()
 			}
@@ -126,11 +137,27 @@ func runLite(ctx context.Context, c liteConfig, cmds io.Reader, events io.Writer
 			}
 		case <-report.C:
 			now := r.stats.snapshot()
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
 			logger.Info("Lite nodes", "joined", r.stats.joined.Load(), "failed", r.stats.failed.Load(),
-				"requestsLastMinute", now.minus(last).String())
+				"requestsLastMinute", now.minus(last).String(), "goroutines", runtime.NumGoroutine(),
+				"heapInuseMiB", m.HeapInuse>>20, "stackInuseMiB", m.StackInuse>>20)
 			last = now
 		}
 	}
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // bootstrapConfig is the nodes' client with the bootstrap token, shared by

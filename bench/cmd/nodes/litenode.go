@@ -126,8 +126,10 @@ func (n *liteNode) start() error {
 	go cache.NewReflectorWithOptions(podLW, &corev1.Pod{}, n.pods, cache.ReflectorOptions{Name: "pods/" + n.name, Logger: &logger}).RunWithContext(ctx)
 	go n.pods.run(ctx)
 	// The kubelet's lease controller itself (k8s.io/component-helpers),
-	// with the kubelet's owner reference to the Node.
-	lc := lease.NewController(clock.RealClock{}, n.hb, n.name, liteLeaseSeconds, nil, liteRenewInterval,
+	// with the kubelet's owner reference to the Node, and what the kubelet
+	// does on repeated heartbeat failures when it rotates its certificate
+	// (as edgeplane's agents do, pkg/kubelet): close all its connections.
+	lc := lease.NewController(clock.RealClock{}, n.hb, n.name, liteLeaseSeconds, n.dialer.CloseAll, liteRenewInterval,
 		n.name, corev1.NamespaceNodeLease, kubeletutil.SetNodeOwnerFunc(ctx, n.hb, n.name))
 	go lc.Run(ctx)
 	// The kubelet's status loop: every 10 s with 4% jitter, sliding.

@@ -116,6 +116,9 @@ func (n *liteNode) syncStatus(ctx context.Context) {
 		if err = n.tryUpdateStatus(ctx, try); err == nil || ctx.Err() != nil {
 			return
 		}
+		if try > 0 {
+			n.dialer.CloseAll() // the kubelet's onRepeatedHeartbeatFailure, as in start
+		}
 	}
 	klog.FromContext(ctx).Error(err, "Unable to update node status")
 }
