@@ -77,9 +77,12 @@ type liteRunner struct {
 	cfg   liteConfig
 	caPEM []byte
 	boot  kubernetes.Interface // bootstrap token: the nodes' CSRs
-	lat   *leaseLatency
-	stats liteStats
-	nodes []*liteNode
+	// bootHTTP is boot's connection, closed once every node has joined (an
+	// agent does not keep its bootstrap connection either).
+	bootHTTP *http.Client
+	lat      *leaseLatency
+	stats    liteStats
+	nodes    []*liteNode
 
 	outMu sync.Mutex
 	out   io.Writer
@@ -101,11 +104,16 @@ func runLite(ctx context.Context, c liteConfig, cmds io.Reader, events io.Writer
 	if err != nil {
 		return err
 	}
-	boot, err := kubernetes.NewForConfig(bootstrapConfig(c.Server, caPEM, tok))
+	bootCfg := bootstrapConfig(c.Server, caPEM, tok)
+	bootHTTP, err := rest.HTTPClientFor(bootCfg)
 	if err != nil {
 		return err
 	}
-	r := &liteRunner{cfg: c, caPEM: caPEM, boot: boot, lat: &leaseLatency{}, out: events}
+	boot, err := kubernetes.NewForConfigAndClient(bootCfg, bootHTTP)
+	if err != nil {
+		return err
+	}
+	r := &liteRunner{cfg: c, caPEM: caPEM, boot: boot, bootHTTP: bootHTTP, lat: &leaseLatency{}, out: events}
 	r.nodes = make([]*liteNode, c.Count)
 	for j := range r.nodes {
 		r.nodes[j] = newLiteNode(ctx, r, c.First+j)
@@ -201,6 +209,19 @@ func (r *liteRunner) commands(in io.Reader) {
 // loops.
 func (r *liteRunner) startAll(ctx context.Context) {
 	sem := make(chan struct{}, max(r.cfg.Parallel, 1))
+	defer func() {
+		// The last joins done, the bootstrap connection goes.
+		for range cap(sem) {
+			select {
+			case <-ctx.Done():
+				return
+			case sem <- struct{}{}:
+			}
+		}
+		if r.bootHTTP != nil {
+			r.bootHTTP.CloseIdleConnections()
+		}
+	}()
 	for j, n := range r.nodes {
 		if j > 0 && r.cfg.StartEvery > 0 {
 			select {
