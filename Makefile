@@ -52,9 +52,10 @@ test-qemu:
 # builds the baseline from go.mod's versions, runs everything side by side on
 # loopback, prints the table and writes bench/RESULTS.md. About 30 min;
 # bench-smoke is a few minutes. BENCH_ARGS go to the driver (bench/run.sh -h).
-# Simulated nodes (bench/nodes.sh, bench/cmd/nodes): N hollow kubelets per
+# Simulated nodes (bench/nodes.sh, bench/cmd/nodes): N simulated nodes per
 # configuration, the control plane's cost per node. NODES, PODS, CHURN,
-# WINDOW, CONFIGS, KILL_AT as in bench/nodes.sh. About 6 min per (config, N).
+# WINDOW, CONFIGS, KILL_AT, SIM (hollow, lite, auto) as in bench/nodes.sh.
+# About 6 min per (config, N) up to N = 100.
 .PHONY: bench-nodes
 bench-nodes:
 	./bench/nodes.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Simulated nodes at scale (issue 28): for each configuration and each N, a
-# fresh control plane on loopback, N hollow kubelets (bench/cmd/nodes) that
+# fresh control plane on loopback, N simulated nodes (bench/cmd/nodes) that
 # join it with its node token, PODS pods per node, then the control plane's
 # RSS, CPU, disk writes, datastore size, Lease latency and pod-list latency
 # over a window. Prints one table and leaves the JSON lines in $OUT.
@@ -15,6 +15,10 @@
 # when missing, as bench/run.sh builds them).
 # KILL_AT: for this N, one node is killed at the end and the time to
 # NotReady is measured. Every wait below is bounded.
+# SIM: the node simulator: hollow (kubemark kubelets, a process each), lite
+# (the kubelet's API requests without kubelet code, many nodes per process)
+# or auto (hollow up to N = 100, lite above); the table's sim column says
+# which ran each row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CGO_ENABLED=0
@@ -25,6 +29,7 @@ CHURN=${CHURN:-0}
 WINDOW=${WINDOW:-3m}
 SETTLE=${SETTLE:-45s}
 KILL_AT=${KILL_AT:-100}
+SIM=${SIM:-auto}
 CONFIGS=${CONFIGS:-edgeplane-sqlite-small edgeplane-etcd-small upstream-kubeadm}
 OUT=${OUT:-bench/nodes-results.jsonl}
 # EDGEPLANE_ARGS: extra flags for every edgeplane server (a tuning's before/after).
@@ -87,7 +92,7 @@ run_edgeplane() { # config N
 	local rc=0
 	bench/bin/nodes -data-dir "$dir/data" -pids "$pid" -datastore-dir "$dir/data/db" \
 		-n "$n" -pods-per-node "$PODS" -churn "$CHURN" -duration "$WINDOW" -settle "$SETTLE" \
-		-work-dir "$dir/nodes" -label "$cfg" -out "$OUT" "${kill[@]}" || rc=$?
+		-work-dir "$dir/nodes" -label "$cfg" -out "$OUT" -sim "$SIM" "${kill[@]}" || rc=$?
 	stop_pid $pid
 	return $rc
 }
@@ -106,12 +111,12 @@ run_upstream() { # config N
 	local rc=0
 	bench/bin/nodes -data-dir "$dir/data" -pids "$pids" -datastore-dir "$dir/data/etcd" \
 		-n "$n" -pods-per-node "$PODS" -churn "$CHURN" -duration "$WINDOW" -settle "$SETTLE" \
-		-work-dir "$dir/nodes" -label "$cfg" -out "$OUT" "${kill[@]}" || rc=$?
+		-work-dir "$dir/nodes" -label "$cfg" -out "$OUT" -sim "$SIM" "${kill[@]}" || rc=$?
 	stop_pid $pid
 	return $rc
 }
 
-echo "nodes.sh: $(date -u +%FT%TZ) configs=[$CONFIGS] N=[$NODES] pods/node=$PODS churn=$CHURN window=$WINDOW load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "nodes.sh: $(date -u +%FT%TZ) configs=[$CONFIGS] N=[$NODES] sim=$SIM pods/node=$PODS churn=$CHURN window=$WINDOW load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 failed=0
 for n in $NODES; do
 	for cfg in $CONFIGS; do

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -23,7 +22,10 @@ import (
 
 // result is one run's figures.
 type result struct {
-	Label            string  `json:"label"`
+	Label string `json:"label"`
+	// Sim is the node simulator (hollow or lite; empty in lines written
+	// before there was a choice: hollow).
+	Sim              string  `json:"sim,omitempty"`
 	Nodes            int     `json:"nodes"`
 	PodsPerNode      int     `json:"podsPerNode"`
 	ChurnPerMin      int     `json:"churnPerMin"`
@@ -42,16 +44,21 @@ type result struct {
 	ListP50ms        float64 `json:"listPodsP50ms"`
 	ListP99ms        float64 `json:"listPodsP99ms"`
 	FalseNotReady    int     `json:"falseNotReady"`
-	HollowPSSMiB     float64 `json:"hollowPssMiBEach"`
-	Load1            float64 `json:"load1"`
-	KillNotReadySec  float64 `json:"killNotReadySeconds,omitempty"`
+	// HollowPSSMiB is the simulator's PSS per node (the name is from when
+	// every node was a hollow kubelet process); SimPSSMiB its processes'
+	// total, SimCPUPercent their CPU over the window (% of one core).
+	HollowPSSMiB    float64 `json:"hollowPssMiBEach"`
+	SimPSSMiB       float64 `json:"simPssMiB,omitempty"`
+	SimCPUPercent   float64 `json:"simCpuPercent,omitempty"`
+	Load1           float64 `json:"load1"`
+	KillNotReadySec float64 `json:"killNotReadySeconds,omitempty"`
 	// KillEvictedSec: from the kill until every workload pod of the
 	// killed node was marked for deletion (evictAfter after the taint).
 	KillEvictedSec float64 `json:"killEvictedSeconds,omitempty"`
 }
 
-const tableHeader = "| config | N | pods/node | churn/min | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n) | list pods -A p50/p99 ms | false NotReady | hollow PSS MiB each | load1 | killed node NotReady / pods evicted s |\n" +
-	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+const tableHeader = "| config | sim | N | pods/node | churn/min | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n) | list pods -A p50/p99 ms | false NotReady | sim PSS MiB per node (total) | sim CPU % | load1 | killed node NotReady / pods evicted s |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 func (r *result) print(w io.Writer) {
 	fmt.Fprintln(w, tableHeader)
@@ -86,10 +93,18 @@ func (r *result) row() string {
 			kill += fmt.Sprintf(" / %.0f", r.KillEvictedSec)
 		}
 	}
-	return fmt.Sprintf("| %s | %d | %d | %d | %.0f | %.0f | %.0f (%.0f) | %.1f | %.1f (%.2f) | %.1f | %.1f / %.1f (%d) | %.0f / %.0f | %d | %.0f | %.1f | %s |",
-		r.Label, r.Nodes, r.PodsPerNode, r.ChurnPerMin, r.NodesReadySec, r.PodsRunningSec, r.RSSMiB, r.PeakRSSMiB, r.CPUPercent,
+	sim, pss, simCPU := r.Sim, fmt.Sprintf("%.2f", r.HollowPSSMiB), "-"
+	if sim == "" {
+		sim = simHollow
+	}
+	if r.SimPSSMiB > 0 {
+		pss += fmt.Sprintf(" (%.0f)", r.SimPSSMiB)
+		simCPU = fmt.Sprintf("%.1f", r.SimCPUPercent)
+	}
+	return fmt.Sprintf("| %s | %s | %d | %d | %d | %.0f | %.0f | %.0f (%.0f) | %.1f | %.1f (%.2f) | %.1f | %.1f / %.1f (%d) | %.0f / %.0f | %d | %s | %s | %.1f | %s |",
+		r.Label, sim, r.Nodes, r.PodsPerNode, r.ChurnPerMin, r.NodesReadySec, r.PodsRunningSec, r.RSSMiB, r.PeakRSSMiB, r.CPUPercent,
 		r.WritesMBPerHour, r.WritesPerNodeMBh, r.DatastoreMB, r.LeaseP50ms, r.LeaseP99ms, r.LeasePUTs, r.ListP50ms, r.ListP99ms,
-		r.FalseNotReady, r.HollowPSSMiB, r.Load1, kill)
+		r.FalseNotReady, pss, simCPU, r.Load1, kill)
 }
 
 func (r *result) appendJSON(path string) error {
@@ -137,8 +152,14 @@ func runDriver(ctx context.Context, o *driverOptions) (*result, error) {
 		}
 		defer os.RemoveAll(dir)
 	}
-	res := &result{Label: o.label, Nodes: o.n, PodsPerNode: o.podsPerNode, ChurnPerMin: o.churn}
-	f := newFleet(exe, dir, o.server, o.token, o.prefix)
+	res := &result{Label: o.label, Sim: o.sim, Nodes: o.n, PodsPerNode: o.podsPerNode, ChurnPerMin: o.churn}
+	var f simulator = newFleet(exe, dir, o.server, o.token, o.prefix)
+	readyWait := 3*time.Minute + time.Duration(o.n)*2*time.Second
+	if o.sim == simLite {
+		f = newLiteFleet(exe, dir, o.server, o.token, o.prefix, o.litePerProc)
+		readyWait = 3*time.Minute + time.Duration(o.n)*4*o.startEvery
+	}
+	fmt.Fprintf(os.Stderr, "nodes: starting %d %s nodes\n", o.n, o.sim)
 	defer func() {
 		if err := f.stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "nodes:", err)
@@ -152,12 +173,12 @@ func runDriver(ctx context.Context, o *driverOptions) (*result, error) {
 	dead := func() error {
 		for i := range o.n {
 			if !f.alive(i) {
-				return fmt.Errorf("hollow node %s exited:\n%s", f.name(i), f.logTail(i))
+				return fmt.Errorf("%s node %s stopped:\n%s", o.sim, f.name(i), f.logTail(i))
 			}
 		}
 		return nil
 	}
-	if err := waitNodesReady(ctx, cs, o.prefix, o.n, 3*time.Minute+time.Duration(o.n)*2*time.Second, dead); err != nil {
+	if err := waitNodesReady(ctx, cs, o.prefix, o.n, readyWait, dead); err != nil {
 		return nil, err
 	}
 	res.NodesReadySec = time.Since(start).Seconds()
@@ -215,11 +236,12 @@ func runDriver(ctx context.Context, o *driverOptions) (*result, error) {
 }
 
 // measureWindow samples the control plane for o.duration.
-func measureWindow(ctx context.Context, o *driverOptions, cs kubernetes.Interface, f *fleet, res *result, ns, name string) error {
+func measureWindow(ctx context.Context, o *driverOptions, cs kubernetes.Interface, f simulator, res *result, ns, name string) error {
 	before, err := readTotals(o.pids)
 	if err != nil {
 		return fmt.Errorf("reading the control plane's processes %v: %w", o.pids, err)
 	}
+	simBefore := cpuTimes(f.pids())
 	from := time.Now()
 	peak := before.rss
 	var lists []time.Duration
@@ -281,18 +303,24 @@ func measureWindow(ctx context.Context, o *driverOptions, cs kubernetes.Interfac
 	res.Load1 = procfs.LoadAvg()
 	lists = sortDurations(lists)
 	res.ListP50ms, res.ListP99ms = ms(percentile(lists, 50)), ms(percentile(lists, 99))
-	var hollowPSS int64
+	var simPSS int64
 	pids := f.pids()
 	for _, pid := range pids {
 		if r, err := pss(pid); err == nil {
-			hollowPSS += r
+			simPSS += r
 		}
 	}
-	if len(pids) > 0 {
-		res.HollowPSSMiB = float64(hollowPSS) / float64(len(pids)) / (1 << 20)
+	res.SimPSSMiB = float64(simPSS) / (1 << 20)
+	res.HollowPSSMiB = res.SimPSSMiB / float64(o.n)
+	var simCPU time.Duration
+	for pid, t := range cpuTimes(pids) {
+		if t0, ok := simBefore[pid]; ok {
+			simCPU += t - t0
+		}
 	}
-	// The hollow nodes write their lease latencies every 30 s: wait for one
-	// more write so that the window's end is in the files.
+	res.SimCPUPercent = 100 * simCPU.Seconds() / window.Seconds()
+	// The nodes write their lease latencies every 30 s: wait for one more
+	// write so that the window's end is in the files.
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -300,8 +328,8 @@ func measureWindow(ctx context.Context, o *driverOptions, cs kubernetes.Interfac
 	}
 	var lat []time.Duration
 	var errs []error
-	for j := range o.n {
-		d, err := readLeaseLatencies(filepath.Join(f.nodeDir(j), leaseLatencyFile), from, to)
+	for _, file := range f.latencyFiles() {
+		d, err := readLeaseLatencies(file, from, to)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -319,7 +347,7 @@ func measureWindow(ctx context.Context, o *driverOptions, cs kubernetes.Interfac
 
 // killOne kills node i and times how long until its Ready condition is no
 // longer True (at most 3 minutes).
-func killOne(ctx context.Context, cs kubernetes.Interface, f *fleet, i int) (time.Duration, error) {
+func killOne(ctx context.Context, cs kubernetes.Interface, f simulator, i int) (time.Duration, error) {
 	start := time.Now()
 	if err := f.kill(i); err != nil {
 		return 0, err

@@ -1,11 +1,15 @@
 // Command nodes runs N simulated nodes against a running control plane and
-// measures what they cost it. Each node is a kubemark HollowKubelet (the
-// upstream kubelet's code on its fake CRI runtime) in its own process (this
-// binary run again with -hollow: two kubelets in one Go process panic on
-// duplicate metrics registration). A node joins as `edgeplane agent` does:
-// CA discovery with the node token (pkg/agent), then the kubelet's own TLS
-// bootstrap. It heartbeats with the kubelet's default Lease and status
-// settings and runs the pods scheduled to it as fake containers.
+// measures what they cost it. With -sim hollow (the default) each node is a
+// kubemark HollowKubelet (the upstream kubelet's code on its fake CRI
+// runtime) in its own process (this binary run again with -hollow: two
+// kubelets in one Go process panic on duplicate metrics registration). A
+// node joins as `edgeplane agent` does: CA discovery with the node token
+// (pkg/agent), then the kubelet's own TLS bootstrap. It heartbeats with the
+// kubelet's default Lease and status settings and runs the pods scheduled to
+// it as fake containers. With -sim lite each node is a liteNode, the same
+// join and the same API requests without kubelet code, up to 1000 of them as
+// goroutines of one process (this binary run again with -lite), for N in the
+// thousands; -sim auto runs hollow nodes up to N = 100 and lite ones above.
 //
 // The driver starts the nodes, waits for them to be Ready, creates a
 // Deployment of N x -pods-per-node pods and times them to Running, then
@@ -18,6 +22,7 @@
 // the node lifecycle controller marks it NotReady is measured.
 //
 //	nodes -data-dir <edgeplane data dir> -pids PID -n 10 -pods-per-node 10 -duration 5m
+//	nodes -data-dir <edgeplane data dir> -pids PID -sim lite -n 2000 -duration 5m
 //	nodes -table results.jsonl   (the -out lines of several runs as one table)
 //	nodes -server https://127.0.0.1:6443 -token K10... -kubeconfig admin.kubeconfig -pids P1,P2 ...
 package main
@@ -44,6 +49,9 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == hollowFlag {
 		os.Exit(hollowMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == liteFlag {
+		os.Exit(liteMain(os.Args[2:]))
 	}
 	if len(os.Args) == 3 && os.Args[1] == "-table" {
 		if err := printTable(os.Stdout, os.Args[2]); err != nil {
@@ -105,6 +113,10 @@ type driverOptions struct {
 	workDir, prefix, label, out        string
 	kill                               bool
 	startEvery                         time.Duration
+	// sim is the simulator that runs the nodes (hollow or lite, auto
+	// resolved); litePerProc the lite nodes per process.
+	sim         string
+	litePerProc int
 }
 
 func parseOptions(args []string) (*driverOptions, error) {
@@ -123,14 +135,18 @@ func parseOptions(args []string) (*driverOptions, error) {
 	fs.DurationVar(&o.duration, "duration", 5*time.Minute, "measurement window")
 	fs.DurationVar(&o.settle, "settle", time.Minute, "wait after the pods run, before the window")
 	fs.StringVar(&o.workDir, "work-dir", "", "the nodes' directories (default: a new one under /tmp, removed at the end)")
-	fs.StringVar(&o.prefix, "prefix", "hollow", "node name prefix")
+	fs.StringVar(&o.prefix, "prefix", "", "node name prefix (default: the simulator's name, hollow or lite)")
 	fs.StringVar(&o.label, "label", "", "the configuration's name in the table")
 	fs.StringVar(&o.out, "out", "", "append the result as one JSON line to this file")
 	fs.BoolVar(&o.kill, "kill", false, "at the end, kill one node and time its NotReady")
-	fs.DurationVar(&o.startEvery, "start-every", 200*time.Millisecond, "pause between node starts")
+	fs.DurationVar(&o.startEvery, "start-every", 200*time.Millisecond, "pause between node starts (lite nodes: 50ms unless given)")
+	fs.StringVar(&o.sim, "sim", simHollow, "node simulator: hollow (kubemark kubelets, a process each), lite (no kubelet code, many per process), or auto (hollow up to 100 nodes, lite above)")
+	fs.IntVar(&o.litePerProc, "lite-per-process", 1000, "lite nodes per process")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	startEveryGiven := false
+	fs.Visit(func(f *flag.Flag) { startEveryGiven = startEveryGiven || f.Name == "start-every" })
 	for _, p := range strings.Split(pids, ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
@@ -160,8 +176,27 @@ func parseOptions(args []string) (*driverOptions, error) {
 	if o.kubeconfig == "" || o.token == "" {
 		errs = append(errs, "give -data-dir, or -kubeconfig and -token")
 	}
-	if o.n < 1 || o.n > 1000 {
-		errs = append(errs, fmt.Sprintf("-n %d: want 1..1000 (one process of ~30 MB each)", o.n))
+	sim, err := resolveSim(o.sim, o.n)
+	if err != nil {
+		errs = append(errs, err.Error())
+	}
+	o.sim = sim
+	switch {
+	case o.n < 1:
+		errs = append(errs, fmt.Sprintf("-n %d: want at least 1", o.n))
+	case sim == simHollow && o.n > maxHollowNodes:
+		errs = append(errs, fmt.Sprintf("-n %d: want 1..%d hollow nodes (one process of ~25 MB each); -sim lite goes to %d", o.n, maxHollowNodes, maxLiteNodes))
+	case sim == simLite && o.n > maxLiteNodes:
+		errs = append(errs, fmt.Sprintf("-n %d: want 1..%d lite nodes", o.n, maxLiteNodes))
+	}
+	if o.litePerProc < 1 {
+		errs = append(errs, "-lite-per-process must be at least 1")
+	}
+	if o.prefix == "" {
+		o.prefix = sim
+	}
+	if sim == simLite && !startEveryGiven {
+		o.startEvery = 50 * time.Millisecond
 	}
 	if o.podsPerNode < 0 || o.podsPerNode > 100 {
 		errs = append(errs, fmt.Sprintf("-pods-per-node %d: want 0..100 (the hollow kubelet's max-pods is 110)", o.podsPerNode))

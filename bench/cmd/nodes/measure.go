@@ -42,6 +42,18 @@ func readTotals(pids []int) (procTotals, error) {
 	return t, nil
 }
 
+// cpuTimes maps each of pids that can still be read to its CPU time so far
+// (a simulator's processes: one that ended is left out).
+func cpuTimes(pids []int) map[int]time.Duration {
+	out := make(map[int]time.Duration, len(pids))
+	for _, pid := range pids {
+		if cpu, err := procfs.CPUTime(pid); err == nil {
+			out[pid] = cpu
+		}
+	}
+	return out
+}
+
 // dirSize is the bytes of the regular files under dir (0 for "").
 func dirSize(dir string) int64 {
 	if dir == "" {

@@ -29,9 +29,13 @@ import (
 var edgeplaneBinary string
 
 func TestMain(m *testing.M) {
-	// The fleet runs this test binary again as each hollow node.
+	// The fleets run this test binary again as each hollow node and as
+	// each process of lite nodes.
 	if len(os.Args) > 1 && os.Args[1] == hollowFlag {
 		os.Exit(hollowMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == liteFlag {
+		os.Exit(liteMain(os.Args[2:]))
 	}
 	flag.Parse()
 	if testing.Short() {

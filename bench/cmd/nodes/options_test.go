@@ -35,11 +35,31 @@ func TestParseOptions(t *testing.T) {
 		{name: "server not up", args: []string{"-data-dir", dir}, wantErr: "is the server up?"},
 		{name: "nothing to join", args: nil, wantErr: "give -data-dir, or -kubeconfig and -token"},
 		{name: "bad pid", args: []string{"-data-dir", withToken, "-pids", "x"}, wantErr: `-pids: "x" is not a process id`},
-		{name: "too many nodes", args: []string{"-data-dir", withToken, "-n", "5000"}, wantErr: "-n 5000: want 1..1000"},
+		{name: "too many hollow nodes", args: []string{"-data-dir", withToken, "-n", "5000"}, wantErr: "-n 5000: want 1..1000 hollow nodes"},
+		{name: "lite nodes go further", args: []string{"-data-dir", withToken, "-sim", "lite", "-n", "5000"},
+			check: func(t *testing.T, o *driverOptions) {
+				if o.sim != simLite || o.prefix != "lite" || o.startEvery != 50*time.Millisecond {
+					t.Errorf("sim %q prefix %q start-every %s, want lite, lite, 50ms", o.sim, o.prefix, o.startEvery)
+				}
+			}},
+		{name: "too many lite nodes", args: []string{"-data-dir", withToken, "-sim", "lite", "-n", "5001"}, wantErr: "-n 5001: want 1..5000 lite nodes"},
+		{name: "auto: hollow up to 100", args: []string{"-data-dir", withToken, "-sim", "auto", "-n", "100", "-prefix", "x"},
+			check: func(t *testing.T, o *driverOptions) {
+				if o.sim != simHollow || o.prefix != "x" || o.startEvery != 200*time.Millisecond {
+					t.Errorf("sim %q prefix %q start-every %s, want hollow, x, 200ms", o.sim, o.prefix, o.startEvery)
+				}
+			}},
+		{name: "auto: lite above", args: []string{"-data-dir", withToken, "-sim", "auto", "-n", "101", "-start-every", "1s"},
+			check: func(t *testing.T, o *driverOptions) {
+				if o.sim != simLite || o.startEvery != time.Second {
+					t.Errorf("sim %q start-every %s, want lite, 1s (given)", o.sim, o.startEvery)
+				}
+			}},
+		{name: "unknown simulator", args: []string{"-data-dir", withToken, "-sim", "kwok"}, wantErr: `-sim "kwok": want hollow, lite or auto`},
 		{name: "too many pods", args: []string{"-data-dir", withToken, "-pods-per-node", "200"}, wantErr: "-pods-per-node 200"},
 		{name: "short window", args: []string{"-data-dir", withToken, "-duration", "1s"}, wantErr: "-duration 1s: want 10s..24h"},
 		{name: "every problem at once", args: []string{"-data-dir", withToken, "-n", "0", "-churn", "-1"},
-			wantErr: "-n 0: want 1..1000 (one process of ~30 MB each); -churn must not be negative"},
+			wantErr: "-n 0: want at least 1; -churn must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := parseOptions(tc.args)
