@@ -74,6 +74,11 @@ type liteNode struct {
 	nodeStore cache.Store                  // the node's own Node, as the kubelet's node informer
 	pods      *podTracker
 
+	// leaseSeconds is the node Lease's duration: the cluster's (the
+	// server's --node-heartbeat, from its node settings), as an agent's
+	// kubelet takes it; renewed every quarter of it.
+	leaseSeconds int32
+
 	// The status loop's state (its goroutine only).
 	lastReport  time.Time
 	reportDelay time.Duration
@@ -129,7 +134,8 @@ func (n *liteNode) start() error {
 	// with the kubelet's owner reference to the Node, and what the kubelet
 	// does on repeated heartbeat failures when it rotates its certificate
 	// (as edgeplane's agents do, pkg/kubelet): close all its connections.
-	lc := lease.NewController(clock.RealClock{}, n.hb, n.name, liteLeaseSeconds, n.dialer.CloseAll, liteRenewInterval,
+	renew := time.Duration(n.leaseSeconds) * time.Second / 4
+	lc := lease.NewController(clock.RealClock{}, n.hb, n.name, n.leaseSeconds, n.dialer.CloseAll, renew,
 		n.name, corev1.NamespaceNodeLease, kubeletutil.SetNodeOwnerFunc(ctx, n.hb, n.name))
 	go lc.Run(ctx)
 	// The kubelet's status loop: every 10 s with 4% jitter, sliding.
@@ -175,8 +181,13 @@ func (n *liteNode) requestCert(ctx context.Context, keyPEM []byte) ([]byte, erro
 	if _, err := boot.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 		return nil, fmt.Errorf("checking the node name: %w", err)
 	}
-	if _, err := nodeconfig.Fetch(ctx, boot); err != nil {
+	nc, err := nodeconfig.Fetch(ctx, boot)
+	if err != nil {
 		return nil, fmt.Errorf("the cluster's node settings: %w", err)
+	}
+	n.leaseSeconds = liteLeaseSeconds
+	if nc.NodeLeaseDuration > 0 {
+		n.leaseSeconds = int32(nc.NodeLeaseDuration / time.Second)
 	}
 	key, err := keyutil.ParsePrivateKeyPEM(keyPEM)
 	if err != nil {
