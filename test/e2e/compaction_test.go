@@ -20,6 +20,9 @@ import (
 // list is served from the cache's snapshots, which it drops only then). Then it checks that an idle server's compactions write
 // nothing: the datastore's revision stands still over three intervals.
 func TestCompactionExpiresContinueTokens(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the real server")
+	}
 	const interval = 3 * time.Second
 	for _, ds := range datastoreCases {
 		t.Run(ds, func(t *testing.T) {
