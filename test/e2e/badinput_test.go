@@ -175,17 +175,6 @@ func TestBadInput(t *testing.T) {
 	})
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
 func wantExit(t *testing.T, code int, out string) {
 	t.Helper()
 	if code == 0 {
