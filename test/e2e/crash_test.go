@@ -36,10 +36,11 @@ type crashPlan struct {
 	maxRun  time.Duration // and at most this long
 }
 
-// Floors of acknowledged writes per kill/restart cycle: the writers ran at
+// Floors of acknowledged writes per kill/restart cycle: the writers run at
 // least minRun after the first acknowledgement (a few milliseconds a write
-// even on a loaded machine), so a cycle below them means writes failed or
-// stalled before the kill, which the cycle would otherwise pass with.
+// even on a loaded machine), and the kill waits up to crashFloorWait more
+// for the floors, so a cycle below them means writes failed or stalled
+// before the kill, which the cycle would otherwise pass with.
 const (
 	crashMinAckedPerWriter = 2
 	crashMinAckedPerCycle  = 20
@@ -213,7 +214,10 @@ func crashLoop(t *testing.T, plan crashPlan, ds, dir string, v crashVariant) str
 		unknown += res.unknown
 		if res.acked < crashMinAckedPerCycle || res.minWriter < crashMinAckedPerWriter {
 			t.Errorf("%s cycle %d: %d writes acknowledged in %s before the kill, the fewest by one writer %d; want at least %d, and %d by each writer",
-				ds, cycle, res.acked, run.Round(time.Millisecond), res.minWriter, crashMinAckedPerCycle, crashMinAckedPerWriter)
+				ds, cycle, res.acked, res.ran.Round(time.Millisecond), res.minWriter, crashMinAckedPerCycle, crashMinAckedPerWriter)
+		}
+		if res.ran > run+100*time.Millisecond {
+			t.Logf("%s cycle %d: the kill waited %s past its moment for the floors of acknowledged writes", ds, cycle, (res.ran - run).Round(time.Millisecond))
 		}
 		if v.afterKill != nil {
 			v.afterKill(t, cycle)
@@ -223,7 +227,7 @@ func crashLoop(t *testing.T, plan crashPlan, ds, dir string, v crashVariant) str
 		l := ledger.verify(t, s, fmt.Sprintf("%s cycle %d", ds, cycle))
 		lost += l
 		t.Logf("%s cycle %d: %s %s after the first acknowledged write: %d writes acknowledged, %d in flight, %d lost; recovery (exec to ready) %.2f s",
-			ds, cycle, v.verb, run.Round(time.Millisecond), res.acked, res.unknown, l, recovery.Seconds())
+			ds, cycle, v.verb, res.ran.Round(time.Millisecond), res.acked, res.unknown, l, recovery.Seconds())
 	}
 	s.stop()
 	if lost != 0 {
