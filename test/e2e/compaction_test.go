@@ -67,11 +67,25 @@ func TestCompactionExpiresContinueTokens(t *testing.T) {
 
 			// One more pass records the compaction that expired the
 			// token and compacts to it; after that, passes are quiet.
+			// The controllers' start-up writes (the CoreDNS Deployment's
+			// pods, which no node takes, their events) can still come
+			// now on a loaded host, and each is followed by a pass or
+			// two that record it: a window with a write is tried again,
+			// for a minute. Compactions that write move the revision in
+			// every window.
 			time.Sleep(interval + time.Second)
-			before := revision(ctx, t, s)
-			time.Sleep(3 * interval)
-			if after := revision(ctx, t, s); after != before {
-				t.Errorf("an idle server's datastore moved from revision %s to %s over three compaction intervals: idle compactions must write nothing", before, after)
+			for quietBy := time.Now().Add(time.Minute); ; {
+				before := revision(ctx, t, s)
+				time.Sleep(3 * interval)
+				after := revision(ctx, t, s)
+				if after == before {
+					break
+				}
+				if time.Now().After(quietBy) {
+					t.Errorf("an idle server's datastore moved from revision %s to %s over three compaction intervals, and in every such window for a minute: idle compactions must write nothing", before, after)
+					break
+				}
+				t.Logf("%s: the revision moved from %s to %s over three compaction intervals; trying another window", ds, before, after)
 			}
 		})
 	}
