@@ -29,6 +29,7 @@ func TestBadInput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the real binary")
 	}
+	parallel(t, 30*time.Second)
 	t.Run("invalid flags are all reported at once", func(t *testing.T) {
 		out, code := runToExit(t, t.TempDir(), "--datastore", "foo", "--service-cidr", "10.43.0.0", "--tls-san", "bad_name!", "--write-kubeconfig-mode", "999")
 		wantExit(t, code, out)

@@ -21,6 +21,7 @@ func TestBindOneAddress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real server")
 	}
+	parallel(t)
 	dir := t.TempDir()
 	s := startServer(t, dir, "--bind-address", "127.0.0.2")
 	for _, name := range []string{"admin.kubeconfig", "controller-manager.kubeconfig", "scheduler.kubeconfig"} {

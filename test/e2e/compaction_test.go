@@ -23,10 +23,11 @@ func TestCompactionExpiresContinueTokens(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real server")
 	}
+	parallelSubtests(t)
 	const interval = 3 * time.Second
 	for _, ds := range datastoreCases {
 		t.Run(ds, func(t *testing.T) {
-			t.Parallel()
+			parallel(t, 45*time.Second)
 			s := startServer(t, t.TempDir(), "--datastore", ds, "--compaction-interval", interval.String())
 			ctx := context.Background()
 			cms := s.client.CoreV1().ConfigMaps("default")

@@ -157,18 +157,19 @@ func TestCrashKillRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills and restarts the real server")
 	}
+	parallelSubtests(t)
 	plan := crashPlanFromEnv(t)
-	perDatastore(t, func(t *testing.T, ds string) string { return crashKillRestart(t, plan, ds) })
+	perDatastore(t, 30*time.Second, func(t *testing.T, ds string) string { return crashKillRestart(t, plan, ds) })
 }
 
-// perDatastore runs cycles as a parallel subtest per datastore and logs
-// each one's summary line once all have ended.
-func perDatastore(t *testing.T, cycles func(t *testing.T, ds string) string) {
+// perDatastore runs cycles as a parallel subtest per datastore (typical:
+// see parallel) and logs each one's summary line once all have ended.
+func perDatastore(t *testing.T, typical time.Duration, cycles func(t *testing.T, ds string) string) {
 	var mu sync.Mutex
 	var summaries []string
 	for _, ds := range datastoreCases {
 		t.Run(ds, func(t *testing.T) {
-			t.Parallel()
+			parallel(t, typical)
 			sum := cycles(t, ds)
 			mu.Lock()
 			summaries = append(summaries, sum)
