@@ -27,6 +27,7 @@ func TestAddons(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary")
 	}
+	parallel(t, 70*time.Second)
 	dataDir := t.TempDir()
 	s := startServer(t, dataDir, "--service-cidr", "10.44.0.0/16")
 	ctx := context.Background()

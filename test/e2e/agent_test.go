@@ -159,6 +159,7 @@ func TestAgentJoin(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs containerd, a server, its kubelet and an agent")
 	}
+	parallelNode(t)
 	s, _, _ := nodeServer(t)
 	token := serverNodeToken(t, s)
 	agentIP := testNodeIP(t)

@@ -34,6 +34,7 @@ func TestControlPlane(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real server")
 	}
+	parallel(t, 40*time.Second)
 	for _, ds := range datastoreCases {
 		t.Run(ds, func(t *testing.T) {
 			dir := t.TempDir()

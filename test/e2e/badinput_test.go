@@ -29,6 +29,7 @@ func TestBadInput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the real binary")
 	}
+	parallel(t, 30*time.Second)
 	t.Run("invalid flags are all reported at once", func(t *testing.T) {
 		out, code := runToExit(t, t.TempDir(), "--datastore", "foo", "--service-cidr", "10.43.0.0", "--tls-san", "bad_name!", "--write-kubeconfig-mode", "999")
 		wantExit(t, code, out)
@@ -173,17 +174,6 @@ func TestBadInput(t *testing.T) {
 		}
 		s.stop()
 	})
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
 func wantExit(t *testing.T, code int, out string) {

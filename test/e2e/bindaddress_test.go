@@ -18,6 +18,10 @@ import (
 // kubeconfigs name the bind address, the serving certificate holds it, and
 // the controllers run (a new namespace gets its default ServiceAccount).
 func TestBindOneAddress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the real server")
+	}
+	parallel(t)
 	dir := t.TempDir()
 	s := startServer(t, dir, "--bind-address", "127.0.0.2")
 	for _, name := range []string{"admin.kubeconfig", "controller-manager.kubeconfig", "scheduler.kubeconfig"} {

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
+
+	"github.com/edgeplane/edgeplane/pkg/certs"
 )
 
 // leafLifetime is the test-only lifetime of leaf certificates: renewal starts
@@ -32,9 +34,13 @@ func TestCertRenewalWhileRunning(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real server")
 	}
-	t.Setenv("EDGEPLANE_TEST_LEAF_LIFETIME", leafLifetime.String())
+	// Process-wide in client-go: set before the parallel tests run.
+	transport.CertCallbackRefreshDuration = time.Second
+	parallel(t, 35*time.Second)
+	// For the server and the certs commands (rotate issues leaves too).
+	env := []string{certs.LeafLifetimeEnv + "=" + leafLifetime.String()}
 	dir := t.TempDir()
-	s := startServer(t, dir, "--datastore", "etcd", "--snapshot-schedule", "")
+	s := startServerCmd(t, dir, withEnv(command(dir, "--datastore", "etcd", "--snapshot-schedule", ""), env...))
 	tlsDir := filepath.Join(dir, "tls")
 
 	// The latest expiry among the leaves at start: after it, every original is dead.
@@ -48,8 +54,8 @@ func TestCertRenewalWhileRunning(t *testing.T) {
 	first := servingCert(t, s)
 
 	// A long-lived client that names its certificate files, as the in-process
-	// components' kubeconfigs do; like the server, it checks them often.
-	transport.CertCallbackRefreshDuration = time.Second
+	// components' kubeconfigs do; like the server, it checks them often
+	// (transport.CertCallbackRefreshDuration, set above).
 	longLived, err := kubernetes.NewForConfig(&rest.Config{
 		Host: s.config.Host,
 		TLSClientConfig: rest.TLSClientConfig{
@@ -100,13 +106,13 @@ func TestCertRenewalWhileRunning(t *testing.T) {
 		})
 	})
 	t.Run("certs check", func(t *testing.T) {
-		out := cli(t, 1, "certs", "check", "--data-dir", dir)
+		out := cliEnv(t, env, 1, "certs", "check", "--data-dir", dir)
 		wantText(t, out, "8 expire within 30d")
-		cli(t, 0, "certs", "check", "--data-dir", dir, "--warn-within", "2s")
+		cliEnv(t, env, 0, "certs", "check", "--data-dir", dir, "--warn-within", "2s")
 	})
 	t.Run("certs rotate on a running server", func(t *testing.T) {
 		before := certFile(t, filepath.Join(tlsDir, "apiserver.crt"))
-		out := cli(t, 0, "certs", "rotate", "--service", "apiserver", "--data-dir", dir)
+		out := cliEnv(t, env, 0, "certs", "rotate", "--service", "apiserver", "--data-dir", dir)
 		wantText(t, out, "Re-issued: apiserver\n")
 		after := certFile(t, filepath.Join(tlsDir, "apiserver.crt"))
 		if after.SerialNumber.Cmp(before.SerialNumber) == 0 {

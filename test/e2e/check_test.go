@@ -17,6 +17,7 @@ func TestCheck(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary")
 	}
+	parallel(t)
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -119,6 +119,15 @@ func coreDNSImage(t *testing.T) testimage.Image {
 	return coreDNSImg
 }
 
+// buildClusterImages is a parallelNode before func for the tests that run
+// startTwoNodeCluster: it builds what clusterImages needs.
+func buildClusterImages(t *testing.T) func() {
+	return func() {
+		buildInClusterClient(t)
+		coreDNSImage(t)
+	}
+}
+
 // clusterImages puts the workload image (busybox plus the in-cluster
 // client), the CoreDNS image and the sandbox image in dir.
 func clusterImages(t *testing.T, dir string) {

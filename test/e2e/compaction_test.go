@@ -20,10 +20,14 @@ import (
 // list is served from the cache's snapshots, which it drops only then). Then it checks that an idle server's compactions write
 // nothing: the datastore's revision stands still over three intervals.
 func TestCompactionExpiresContinueTokens(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the real server")
+	}
+	parallelSubtests(t)
 	const interval = 3 * time.Second
 	for _, ds := range datastoreCases {
 		t.Run(ds, func(t *testing.T) {
-			t.Parallel()
+			parallel(t, 45*time.Second)
 			s := startServer(t, t.TempDir(), "--datastore", ds, "--compaction-interval", interval.String())
 			ctx := context.Background()
 			cms := s.client.CoreV1().ConfigMaps("default")
@@ -64,11 +68,25 @@ func TestCompactionExpiresContinueTokens(t *testing.T) {
 
 			// One more pass records the compaction that expired the
 			// token and compacts to it; after that, passes are quiet.
+			// The controllers' start-up writes (the CoreDNS Deployment's
+			// pods, which no node takes, their events) can still come
+			// now on a loaded host, and each is followed by a pass or
+			// two that record it: a window with a write is tried again,
+			// for a minute. Compactions that write move the revision in
+			// every window.
 			time.Sleep(interval + time.Second)
-			before := revision(ctx, t, s)
-			time.Sleep(3 * interval)
-			if after := revision(ctx, t, s); after != before {
-				t.Errorf("an idle server's datastore moved from revision %s to %s over three compaction intervals: idle compactions must write nothing", before, after)
+			for quietBy := time.Now().Add(time.Minute); ; {
+				before := revision(ctx, t, s)
+				time.Sleep(3 * interval)
+				after := revision(ctx, t, s)
+				if after == before {
+					break
+				}
+				if time.Now().After(quietBy) {
+					t.Errorf("an idle server's datastore moved from revision %s to %s over three compaction intervals, and in every such window for a minute: idle compactions must write nothing", before, after)
+					break
+				}
+				t.Logf("%s: the revision moved from %s to %s over three compaction intervals; trying another window", ds, before, after)
 			}
 		})
 	}

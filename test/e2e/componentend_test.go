@@ -46,8 +46,8 @@ func TestDatastoreDeathStopsServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e")
 	}
+	parallel(t)
 	const within = 15 * time.Second
-	t.Setenv(datastoreFaultEnv, "1") // inherited by the server processes
 	for _, tc := range []struct {
 		datastore string
 		wantErr   string
@@ -56,7 +56,8 @@ func TestDatastoreDeathStopsServer(t *testing.T) {
 		{"etcd", "etcd: the member stopped"},
 	} {
 		t.Run(tc.datastore, func(t *testing.T) {
-			s := startServer(t, t.TempDir(), "--datastore", tc.datastore)
+			dir := t.TempDir()
+			s := startServerCmd(t, dir, withEnv(command(dir, "--datastore", tc.datastore), datastoreFaultEnv+"=1"))
 			if _, err := s.kubectl("get", "namespaces"); err != nil {
 				t.Fatalf("the server does not serve before the fault: %v", err)
 			}
@@ -101,6 +102,7 @@ func TestSIGTERMDuringStartup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e")
 	}
+	parallel(t)
 	// buildBegun: the chain's build writes its authentication config first;
 	// the rest of the build takes seconds.
 	buildBegun := func(_ *server, dir string) bool {
@@ -176,6 +178,7 @@ func TestTokensBeforeReadyz(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e")
 	}
+	parallel(t)
 	for _, tc := range []struct {
 		name  string
 		args  []string

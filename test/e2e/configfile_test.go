@@ -14,6 +14,7 @@ func TestConfigFile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the server")
 	}
+	parallel(t)
 	t.Run("refused", func(t *testing.T) {
 		tests := []struct {
 			name    string

@@ -35,6 +35,7 @@ func TestControllers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real server")
 	}
+	parallel(t, 35*time.Second)
 	for _, ds := range datastoreCases {
 		t.Run(ds, func(t *testing.T) {
 			dir := t.TempDir()

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,10 +59,11 @@ type crashLedger struct {
 
 	firstAck chan struct{} // closed at the cycle's first acknowledged write
 	once     sync.Once
+	acks     []atomic.Int64 // writes acknowledged to each writer this cycle
 }
 
 func newCrashLedger(writers, objects int) *crashLedger {
-	l := &crashLedger{objects: make([][]*crashObject, writers), seq: make([]int, writers)}
+	l := &crashLedger{objects: make([][]*crashObject, writers), seq: make([]int, writers), acks: make([]atomic.Int64, writers)}
 	for w := range writers {
 		for k := range objects {
 			l.objects[w] = append(l.objects[w], &crashObject{name: fmt.Sprintf("crash-w%d-%d", w, k)})
@@ -73,11 +75,22 @@ func newCrashLedger(writers, objects int) *crashLedger {
 // crashCycle counts one write-and-kill cycle.
 type crashCycle struct {
 	acked, unknown int
-	minWriter      int // fewest writes one writer got acknowledged
+	minWriter      int           // fewest writes one writer got acknowledged
+	ran            time.Duration // from the first acknowledged write to the kill
 }
 
-// writeAndKill runs the writers against s for run, SIGKILLs s while they
-// write and waits for every writer to see its server gone.
+// crashFloorWait is how long past run the kill waits for the floors of
+// acknowledged writes (crashMinAckedPerCycle, crashMinAckedPerWriter).
+const crashFloorWait = 30 * time.Second
+
+// writeAndKill runs the writers against s for run, and on until the floors
+// of acknowledged writes are met (at most crashFloorWait longer), SIGKILLs
+// s while they write and waits for every writer to see its server gone.
+// Usually the floors are met well within run; on a loaded host the first
+// writes after a start can be slower (seen: 13 writes in 634 ms, ~300 ms
+// each, at load 15 on 2 cores), and a cycle killed then would fail the
+// floors without anything having failed or stalled. A cycle whose writes do
+// fail or stall still misses them, and crashLoop fails it.
 func (l *crashLedger) writeAndKill(t *testing.T, s *server, seed, ds, cycle uint64, run time.Duration) crashCycle {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -88,6 +101,7 @@ func (l *crashLedger) writeAndKill(t *testing.T, s *server, seed, ds, cycle uint
 	counts := make([]crashCycle, len(l.objects))
 	var wg sync.WaitGroup
 	for w := range l.objects {
+		l.acks[w].Store(0)
 		wg.Go(func() {
 			counts[w] = l.write(ctx, s.client, w, crashRand(seed, ds, cycle, uint64(w)+1000), killed)
 		})
@@ -101,11 +115,19 @@ func (l *crashLedger) writeAndKill(t *testing.T, s *server, seed, ds, cycle uint
 	case <-s.exited:
 		t.Fatalf("edgeplane exited while the writers ran (%v):\n%s", s.exitErr, tail(s.output.String()))
 	}
-	select {
-	case <-time.After(run):
-	case <-s.exited:
-		t.Fatalf("edgeplane exited while the writers ran (%v):\n%s", s.exitErr, tail(s.output.String()))
+	began := time.Now()
+	floorBy := began.Add(run + crashFloorWait)
+	for wait := run; ; wait = 10 * time.Millisecond {
+		select {
+		case <-time.After(wait):
+		case <-s.exited:
+			t.Fatalf("edgeplane exited while the writers ran (%v):\n%s", s.exitErr, tail(s.output.String()))
+		}
+		if l.floorsMet() || time.Now().After(floorBy) {
+			break
+		}
 	}
+	ran := time.Since(began)
 	close(killed)
 	crashKill(t, s, "while writing")
 	done := make(chan struct{})
@@ -125,7 +147,7 @@ func (l *crashLedger) writeAndKill(t *testing.T, s *server, seed, ds, cycle uint
 	}
 	l.violations, l.notes = nil, nil
 	l.mu.Unlock()
-	sum := crashCycle{minWriter: counts[0].acked}
+	sum := crashCycle{minWriter: counts[0].acked, ran: ran}
 	for _, c := range counts {
 		sum.acked += c.acked
 		sum.unknown += c.unknown
@@ -218,9 +240,24 @@ func (l *crashLedger) write(ctx context.Context, c *kubernetes.Clientset, w int,
 		}
 		o.cur, o.pending = next, nil
 		res.acked++
+		l.acks[w].Add(1)
 		l.once.Do(func() { close(l.firstAck) })
 	}
 	return res
+}
+
+// floorsMet reports whether this cycle's acknowledged writes reach the
+// floors, in all and for every writer.
+func (l *crashLedger) floorsMet() bool {
+	var all int64
+	for w := range l.acks {
+		n := l.acks[w].Load()
+		if n < crashMinAckedPerWriter {
+			return false
+		}
+		all += n
+	}
+	return all >= crashMinAckedPerCycle
 }
 
 // crashRejected reports a definite API refusal (the write did not happen),

@@ -196,6 +196,7 @@ func TestCrashDuringStartup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills the real server during start-up")
 	}
+	parallelSubtests(t)
 	plan := crashPlanFromEnv(t)
 	rounds, fresh, existing := 1, 3, 1
 	if plan.full {
@@ -205,7 +206,7 @@ func TestCrashDuringStartup(t *testing.T) {
 	var summaries []string
 	for _, ds := range datastoreCases {
 		t.Run(ds, func(t *testing.T) {
-			t.Parallel()
+			parallel(t, 25*time.Second)
 			rng := crashRand(plan.seed, crashDatastoreIndex(ds), 77)
 			kills := 0
 			var recoveries crashDurations

@@ -36,10 +36,11 @@ type crashPlan struct {
 	maxRun  time.Duration // and at most this long
 }
 
-// Floors of acknowledged writes per kill/restart cycle: the writers ran at
+// Floors of acknowledged writes per kill/restart cycle: the writers run at
 // least minRun after the first acknowledgement (a few milliseconds a write
-// even on a loaded machine), so a cycle below them means writes failed or
-// stalled before the kill, which the cycle would otherwise pass with.
+// even on a loaded machine), and the kill waits up to crashFloorWait more
+// for the floors, so a cycle below them means writes failed or stalled
+// before the kill, which the cycle would otherwise pass with.
 const (
 	crashMinAckedPerWriter = 2
 	crashMinAckedPerCycle  = 20
@@ -156,18 +157,19 @@ func TestCrashKillRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills and restarts the real server")
 	}
+	parallelSubtests(t)
 	plan := crashPlanFromEnv(t)
-	perDatastore(t, func(t *testing.T, ds string) string { return crashKillRestart(t, plan, ds) })
+	perDatastore(t, 30*time.Second, func(t *testing.T, ds string) string { return crashKillRestart(t, plan, ds) })
 }
 
-// perDatastore runs cycles as a parallel subtest per datastore and logs
-// each one's summary line once all have ended.
-func perDatastore(t *testing.T, cycles func(t *testing.T, ds string) string) {
+// perDatastore runs cycles as a parallel subtest per datastore (typical:
+// see parallel) and logs each one's summary line once all have ended.
+func perDatastore(t *testing.T, typical time.Duration, cycles func(t *testing.T, ds string) string) {
 	var mu sync.Mutex
 	var summaries []string
 	for _, ds := range datastoreCases {
 		t.Run(ds, func(t *testing.T) {
-			t.Parallel()
+			parallel(t, typical)
 			sum := cycles(t, ds)
 			mu.Lock()
 			summaries = append(summaries, sum)
@@ -213,7 +215,10 @@ func crashLoop(t *testing.T, plan crashPlan, ds, dir string, v crashVariant) str
 		unknown += res.unknown
 		if res.acked < crashMinAckedPerCycle || res.minWriter < crashMinAckedPerWriter {
 			t.Errorf("%s cycle %d: %d writes acknowledged in %s before the kill, the fewest by one writer %d; want at least %d, and %d by each writer",
-				ds, cycle, res.acked, run.Round(time.Millisecond), res.minWriter, crashMinAckedPerCycle, crashMinAckedPerWriter)
+				ds, cycle, res.acked, res.ran.Round(time.Millisecond), res.minWriter, crashMinAckedPerCycle, crashMinAckedPerWriter)
+		}
+		if res.ran > run+100*time.Millisecond {
+			t.Logf("%s cycle %d: the kill waited %s past its moment for the floors of acknowledged writes", ds, cycle, (res.ran - run).Round(time.Millisecond))
 		}
 		if v.afterKill != nil {
 			v.afterKill(t, cycle)
@@ -223,7 +228,7 @@ func crashLoop(t *testing.T, plan crashPlan, ds, dir string, v crashVariant) str
 		l := ledger.verify(t, s, fmt.Sprintf("%s cycle %d", ds, cycle))
 		lost += l
 		t.Logf("%s cycle %d: %s %s after the first acknowledged write: %d writes acknowledged, %d in flight, %d lost; recovery (exec to ready) %.2f s",
-			ds, cycle, v.verb, run.Round(time.Millisecond), res.acked, res.unknown, l, recovery.Seconds())
+			ds, cycle, v.verb, res.ran.Round(time.Millisecond), res.acked, res.unknown, l, recovery.Seconds())
 	}
 	s.stop()
 	if lost != 0 {

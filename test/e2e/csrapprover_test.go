@@ -34,6 +34,7 @@ func TestNodeServingCertificate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs containerd, a server and its kubelet")
 	}
+	parallelNode(t)
 	// Its own kubelet ports: other tests' kubelets may hold the defaults.
 	s, _, _ := nodeServer(t, "--kubelet-arg=port="+freePort(t), "--kubelet-arg=healthz-port="+freePort(t))
 	ctx := context.Background()

@@ -26,6 +26,7 @@ func TestDay2Operations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real server")
 	}
+	parallel(t, 55*time.Second)
 	for _, ds := range datastoreCases {
 		t.Run(ds, func(t *testing.T) {
 			dir := t.TempDir()

@@ -38,7 +38,7 @@ func TestDiskFault(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real server")
 	}
-	t.Parallel()
+	parallelSubtests(t)
 	for _, f := range []diskFault{
 		{name: "sqlite read-only", datastore: "sqlite", inject: diskImmutable},
 		{name: "sqlite disk full", datastore: "sqlite", tmpfs: "48m", inject: diskFill},
@@ -46,7 +46,7 @@ func TestDiskFault(t *testing.T) {
 		{name: "etcd disk full", datastore: "etcd", tmpfs: "160m", inject: diskFill},
 	} {
 		t.Run(f.name, func(t *testing.T) {
-			t.Parallel()
+			parallel(t, 20*time.Second)
 			diskFaultRun(t, f)
 		})
 	}

@@ -31,7 +31,8 @@ func TestClusterDNS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds CoreDNS, runs containerd, a server and its kubelet")
 	}
-	img := coreDNSImage(t)
+	var img testimage.Image
+	parallelNode(t, func() { img = coreDNSImage(t) })
 	// The pods' cgroups stay out of /kubepods: a kubelet of another test on
 	// this host kills the processes of pod cgroups there that it does not
 	// know (its orphaned-pod cgroup cleanup), as agentKubeletArgs says. A

@@ -42,6 +42,7 @@ func TestEtcdCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e")
 	}
+	parallel(t)
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	ips := []string{"192.0.2.10", "192.0.2.11", "192.0.2.12"}
 	args := [][]string{etcdArgs(t, ips[0]), etcdArgs(t, ips[1]), etcdArgs(t, ips[2])}

@@ -21,6 +21,7 @@ func TestEtcdFault(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e")
 	}
+	parallel(t, 45*time.Second)
 	pki := externalEtcdPKI(t)
 	e := faultNewEtcd(t, pki)
 	e.start()

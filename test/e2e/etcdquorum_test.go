@@ -19,6 +19,7 @@ func TestEtcdFaultQuorum(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three servers")
 	}
+	parallel(t, 40*time.Second)
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	args := [][]string{etcdArgs(t, "192.0.2.10"), etcdArgs(t, "192.0.2.11"), etcdArgs(t, "192.0.2.12")}
 	s1 := startServer(t, dirs[0], append([]string{"--cluster-init"}, args[0]...)...)

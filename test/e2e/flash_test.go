@@ -32,11 +32,12 @@ func TestFlashFriendlyIdle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the real server for a minute and a half")
 	}
+	parallelSubtests(t)
 	advertise, err := utilnet.ChooseHostInterface()
 	testenv.Require(t, "a host address to advertise (an interface with a default route)", err)
 	for _, ds := range datastoreCases {
 		t.Run(ds, func(t *testing.T) {
-			t.Parallel()
+			parallel(t, 100*time.Second)
 			// Scheduled snapshots off: the default schedule saves one at 00:00
 			// and 12:00 (a write by design), which a window over either would
 			// count.

@@ -33,6 +33,7 @@ var runDir string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	setUpParallel()
 	if testing.Short() {
 		os.Exit(m.Run())
 	}
@@ -137,6 +138,17 @@ func waitReady(t *testing.T, s *server) *server {
 	s.config = cfg
 	s.client = kubernetes.NewForConfigOrDie(cfg)
 	return s
+}
+
+// withEnv adds env (KEY=value) to cmd's environment, which is otherwise the
+// test process's: what t.Setenv would pass on to the process, without
+// making the test serial.
+func withEnv(cmd *exec.Cmd, env ...string) *exec.Cmd {
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, env...)
+	return cmd
 }
 
 // launch starts edgeplane without waiting; Stop is registered as cleanup.
@@ -265,9 +277,15 @@ var datastoreCases = []string{"sqlite", "etcd"}
 // cli runs `edgeplane args...` and checks its exit code.
 func cli(t *testing.T, wantCode int, args ...string) string {
 	t.Helper()
+	return cliEnv(t, nil, wantCode, args...)
+}
+
+// cliEnv is cli with env added to the command's environment (withEnv).
+func cliEnv(t *testing.T, env []string, wantCode int, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+	out, err := withEnv(exec.CommandContext(ctx, binary, args...), env...).CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()

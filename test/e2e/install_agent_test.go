@@ -41,6 +41,7 @@ func TestInstallAgent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("uses the built binary")
 	}
+	parallel(t, 25*time.Second)
 	const server = "https://192.0.2.10:6443"
 	tests := []struct {
 		name string
@@ -269,6 +270,7 @@ func TestInstallAgentRefuses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("uses the built binary")
 	}
+	parallel(t)
 	good := nodeToken("refuses")
 	tests := []struct {
 		name   string
@@ -324,6 +326,7 @@ func TestInstallAgentUninstallUnmounts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("uses the built binary")
 	}
+	parallel(t)
 	var notRoot error
 	if os.Geteuid() != 0 {
 		notRoot = errors.New("not root")
@@ -395,6 +398,7 @@ func TestInstallAgentConfigFile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("uses the built binary")
 	}
+	parallel(t)
 	root := t.TempDir()
 	env := []string{"EDGEPLANE_ROOT=" + root, "EDGEPLANE_BINARY=" + binary, "EDGEPLANE_INIT=systemd", "PATH=/usr/local/bin:/usr/bin:/bin",
 		"EDGEPLANE_SERVER=https://192.0.2.10:6443", "EDGEPLANE_TOKEN=" + nodeToken("config")}

@@ -27,6 +27,7 @@ func TestInstallScript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("uses the built binary")
 	}
+	parallel(t)
 	tests := []struct {
 		name        string
 		init        string
@@ -220,6 +221,7 @@ func diffTrees(a, b map[string]string) string {
 
 // TestInstallScriptsShellcheck keeps the scripts shellcheck-clean.
 func TestInstallScriptsShellcheck(t *testing.T) {
+	parallel(t)
 	path := testenv.Tool(t, "apt-get install -y shellcheck", "shellcheck")
 	out, err := exec.Command(path, "--shell=sh", installScript, uninstallScript, "../../hack/dist.sh").CombinedOutput()
 	if err != nil {
@@ -233,6 +235,7 @@ func TestInstallScriptRefuses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("uses the built binary")
 	}
+	parallel(t)
 	dir := t.TempDir()
 	notRunnable := filepath.Join(dir, "edgeplane-other-arch")
 	writeConfig(t, notRunnable, "\x7fELF not really")

@@ -23,6 +23,7 @@ func TestInstallScriptXZ(t *testing.T) {
 	if testing.Short() {
 		t.Skip("uses the built binary")
 	}
+	parallel(t)
 	_, err := exec.LookPath("xz")
 	testenv.Require(t, "xz (apt-get install xz-utils)", err)
 	release := t.TempDir()

@@ -17,6 +17,7 @@ func TestBuiltinKubectl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the server")
 	}
+	parallel(t)
 	dir := t.TempDir()
 	dataDir := filepath.Join(dir, "data")
 	s := startServer(t, dataDir)

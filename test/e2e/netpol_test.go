@@ -99,6 +99,7 @@ func TestNetworkPolicy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs containerd, a server and its kubelet in a network namespace")
 	}
+	parallelNode(t)
 	s := netnsNode(t, "np-1")
 	if out, err := s.kubectl("run", "np-web", "--image="+testimage.DefaultBusyboxName, "--labels=app=np-web", "--command", "--",
 		"sh", "-c", "mkdir -p /www; echo served > /www/index.html; exec httpd -f -p 8080 -h /www"); err != nil {

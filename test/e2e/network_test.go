@@ -31,6 +31,7 @@ func TestClusterNetwork(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two containerds, a server node and an agent node in network namespaces")
 	}
+	parallelNode(t, buildClusterImages(t))
 	c := startTwoNodeCluster(t, twoNodeOptions{})
 
 	srvIP := c.runPod(t, "web-s", c.ServerNode, webScript("web-s"), nil)
@@ -301,6 +302,7 @@ func TestClusterNetworkHostGW(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two containerds, a server node and an agent node in network namespaces")
 	}
+	parallelNode(t, buildClusterImages(t))
 	c := startTwoNodeCluster(t, twoNodeOptions{ServerArgs: []string{"--flannel-backend=host-gw"}})
 	srvIP := c.runPod(t, "web-s", c.ServerNode, webScript("web-s"), nil)
 	agtIP := c.runPod(t, "web-a", c.AgentNode, webScript("web-a"), nil)

@@ -179,6 +179,7 @@ func TestNodeServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs containerd, a server and its kubelet")
 	}
+	parallelNode(t)
 	s, ctrd, nodeArgs := nodeServer(t)
 
 	node, err := s.client.CoreV1().Nodes().Get(context.Background(), "edge-1", metav1.GetOptions{})
@@ -323,6 +324,7 @@ func TestNodeServerEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs containerd, a server on embedded etcd and its kubelet")
 	}
+	parallelNode(t)
 	s, _, _ := nodeServer(t, "--datastore=etcd")
 	if out, err := s.kubectl("run", "one", "--image="+testimage.DefaultBusyboxName, "--labels=app=one", "--restart=Never", "--command",
 		"--", "sh", "-c", "echo on etcd; exec sleep 3600"); err != nil {

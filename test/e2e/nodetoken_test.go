@@ -41,6 +41,7 @@ func TestNodeTokenE2E(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server")
 	}
+	parallel(t, 30*time.Second)
 	dir := t.TempDir()
 	s := startServer(t, dir)
 	ctx := context.Background()

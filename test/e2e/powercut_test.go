@@ -59,9 +59,10 @@ func TestPowerCut(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cuts the power under the real server")
 	}
+	parallelSubtests(t)
 	testenv.Require(t, "root and /dev/fuse (the power-cut filesystem mounts FUSE directly)", powercut.Available())
 	plan := powerCutPlan(t)
-	perDatastore(t, func(t *testing.T, ds string) string { return powerCutCycles(t, plan, ds) })
+	perDatastore(t, 25*time.Second, func(t *testing.T, ds string) string { return powerCutCycles(t, plan, ds) })
 }
 
 func powerCutCycles(t *testing.T, plan crashPlan, ds string) string {

@@ -19,6 +19,7 @@ func TestSmallProfile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real server")
 	}
+	parallel(t)
 	s := startServer(t, t.TempDir(), "--profile", "small")
 	if out := s.output.String(); !strings.Contains(out, `"Starting edgeplane" logger="edgeplane" profile="small"`) {
 		t.Fatalf("the start-up log does not name the small profile:\n%s", tail(out))

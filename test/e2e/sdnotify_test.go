@@ -21,6 +21,7 @@ func TestSDNotify(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the server")
 	}
+	parallel(t)
 	tests := []struct {
 		name   string
 		socket func(dir string) string
@@ -39,9 +40,9 @@ func TestSDNotify(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			t.Setenv("NOTIFY_SOCKET", addr)
 
-			s := launch(t, filepath.Join(dir, "data"))
+			data := filepath.Join(dir, "data")
+			s := launchCmd(t, data, withEnv(command(data), "NOTIFY_SOCKET="+addr))
 			msg := readNotify(t, conn, s, 3*time.Minute)
 			// Ours, with its STATUS: the API server's own early READY=1
 			// (sent before /readyz is 200) must not come first.

@@ -33,6 +33,7 @@ func TestSecurityDefaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real server")
 	}
+	parallel(t)
 	dir := t.TempDir()
 	s := startServer(t, dir)
 	ctx := context.Background()

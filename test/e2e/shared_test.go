@@ -55,6 +55,7 @@ func TestPostgresTwoServers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e")
 	}
+	parallel(t)
 	dsn := startPostgres(t, "edgeplane")
 	d1, d2 := t.TempDir(), t.TempDir()
 	begin := time.Now()
@@ -177,6 +178,7 @@ func TestExternalEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e")
 	}
+	parallel(t)
 	pki := externalEtcdPKI(t)
 	cfg := embed.NewConfig()
 	cfg.Dir = filepath.Join(t.TempDir(), "etcd")

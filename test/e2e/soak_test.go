@@ -79,7 +79,7 @@ func TestSoakStorageBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the real server under load for a minute")
 	}
-	t.Parallel()
+	parallelSubtests(t)
 	full := os.Getenv("EDGEPLANE_RELIABILITY_FULL") == "1"
 	duration, compaction, every := soakCIDuration, soakCICompaction, soakCISample
 	// Both datastores in both forms: the CI minute on etcd catches a
@@ -92,7 +92,7 @@ func TestSoakStorageBounded(t *testing.T) {
 	}
 	for _, ds := range cases {
 		t.Run(ds, func(t *testing.T) {
-			t.Parallel()
+			parallel(t, 70*time.Second)
 			dir := t.TempDir()
 			// -v=2 shows the datastore's compaction lines, which the record counts.
 			s := startServer(t, dir, "--datastore", ds, "--compaction-interval", compaction.String(), "-v=2")

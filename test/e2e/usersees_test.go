@@ -54,6 +54,9 @@ func startInNetns(t *testing.T, args ...string) (*server, func(args ...string) (
 // and the binary, built without -ldflags (TestMain), reports go.mod's
 // Kubernetes version.
 func TestWhatUsersSee(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the real server")
+	}
 	s, kubectl := startInNetns(t)
 
 	t.Run("componentstatuses", func(t *testing.T) {
