@@ -15,6 +15,9 @@
 # when missing, as bench/run.sh builds them).
 # KILL_AT: for this N, one node is killed at the end and the time to
 # NotReady is measured. Every wait below is bounded.
+# LIST_BURST: clients of a 30 s burst of unpaged pod lists in the middle of
+# the window (bench/cmd/nodes -list-burst; 0: none). A burst run's CPU,
+# writes and list figures are not idle ones.
 # SIM: the node simulator: hollow (kubemark kubelets, a process each), lite
 # (the kubelet's API requests without kubelet code, many nodes per process)
 # or auto (hollow up to N = 100, lite above); the table's sim column says
@@ -26,6 +29,7 @@ export CGO_ENABLED=0
 NODES=${NODES:-10 50 100}
 PODS=${PODS:-10}
 CHURN=${CHURN:-0}
+LIST_BURST=${LIST_BURST:-0}
 WINDOW=${WINDOW:-3m}
 SETTLE=${SETTLE:-45s}
 KILL_AT=${KILL_AT:-100}
@@ -91,7 +95,7 @@ run_edgeplane() { # config N
 	[[ $n == "$KILL_AT" ]] && kill=(-kill)
 	local rc=0
 	bench/bin/nodes -data-dir "$dir/data" -pids "$pid" -datastore-dir "$dir/data/db" \
-		-n "$n" -pods-per-node "$PODS" -churn "$CHURN" -duration "$WINDOW" -settle "$SETTLE" \
+		-n "$n" -pods-per-node "$PODS" -churn "$CHURN" -list-burst "$LIST_BURST" -duration "$WINDOW" -settle "$SETTLE" \
 		-work-dir "$dir/nodes" -label "$cfg" -out "$OUT" -sim "$SIM" "${kill[@]}" || rc=$?
 	stop_pid $pid
 	return $rc
@@ -110,13 +114,13 @@ run_upstream() { # config N
 	[[ $n == "$KILL_AT" ]] && kill=(-kill)
 	local rc=0
 	bench/bin/nodes -data-dir "$dir/data" -pids "$pids" -datastore-dir "$dir/data/etcd" \
-		-n "$n" -pods-per-node "$PODS" -churn "$CHURN" -duration "$WINDOW" -settle "$SETTLE" \
+		-n "$n" -pods-per-node "$PODS" -churn "$CHURN" -list-burst "$LIST_BURST" -duration "$WINDOW" -settle "$SETTLE" \
 		-work-dir "$dir/nodes" -label "$cfg" -out "$OUT" -sim "$SIM" "${kill[@]}" || rc=$?
 	stop_pid $pid
 	return $rc
 }
 
-echo "nodes.sh: $(date -u +%FT%TZ) configs=[$CONFIGS] N=[$NODES] sim=$SIM pods/node=$PODS churn=$CHURN window=$WINDOW load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "nodes.sh: $(date -u +%FT%TZ) configs=[$CONFIGS] N=[$NODES] sim=$SIM pods/node=$PODS churn=$CHURN list-burst=$LIST_BURST window=$WINDOW load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 failed=0
 for n in $NODES; do
 	for cfg in $CONFIGS; do

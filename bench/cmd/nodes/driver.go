@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/edgeplane/edgeplane/internal/procfs"
@@ -55,10 +56,19 @@ type result struct {
 	// KillEvictedSec: from the kill until every workload pod of the
 	// killed node was marked for deletion (evictAfter after the taint).
 	KillEvictedSec float64 `json:"killEvictedSeconds,omitempty"`
+	// A LIST burst in the window (-list-burst): its clients, the lists
+	// that completed and failed, their p99, and the Lease PUTs timed
+	// inside it with their p99.
+	BurstClients    int     `json:"burstClients,omitempty"`
+	BurstLists      int     `json:"burstLists,omitempty"`
+	BurstFailed     int     `json:"burstFailed,omitempty"`
+	BurstListP99ms  float64 `json:"burstListP99ms,omitempty"`
+	BurstLeasePUTs  int     `json:"burstLeasePUTs,omitempty"`
+	BurstLeaseP99ms float64 `json:"burstLeaseP99ms,omitempty"`
 }
 
-const tableHeader = "| config | sim | N | pods/node | churn/min | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n) | list pods -A p50/p99 ms | false NotReady | sim PSS MiB per node (total) | sim CPU % | load1 | killed node NotReady / pods evicted s |\n" +
-	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+const tableHeader = "| config | sim | N | pods/node | churn/min | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n) | list pods -A p50/p99 ms | false NotReady | sim PSS MiB per node (total) | sim CPU % | load1 | killed node NotReady / pods evicted s | LIST burst: clients, lists (failed), list p99 ms; Lease PUT p99 ms in it (n) |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 func (r *result) print(w io.Writer) {
 	fmt.Fprintln(w, tableHeader)
@@ -101,10 +111,14 @@ func (r *result) row() string {
 		pss += fmt.Sprintf(" (%.0f)", r.SimPSSMiB)
 		simCPU = fmt.Sprintf("%.1f", r.SimCPUPercent)
 	}
-	return fmt.Sprintf("| %s | %s | %d | %d | %d | %.0f | %.0f | %.0f (%.0f) | %.1f | %.1f (%.2f) | %.1f | %.1f / %.1f (%d) | %.0f / %.0f | %d | %s | %s | %.1f | %s |",
+	burst := "-"
+	if r.BurstClients > 0 {
+		burst = fmt.Sprintf("%d, %d (%d), %.0f; %.1f (%d)", r.BurstClients, r.BurstLists, r.BurstFailed, r.BurstListP99ms, r.BurstLeaseP99ms, r.BurstLeasePUTs)
+	}
+	return fmt.Sprintf("| %s | %s | %d | %d | %d | %.0f | %.0f | %.0f (%.0f) | %.1f | %.1f (%.2f) | %.1f | %.1f / %.1f (%d) | %.0f / %.0f | %d | %s | %s | %.1f | %s | %s |",
 		r.Label, sim, r.Nodes, r.PodsPerNode, r.ChurnPerMin, r.NodesReadySec, r.PodsRunningSec, r.RSSMiB, r.PeakRSSMiB, r.CPUPercent,
 		r.WritesMBPerHour, r.WritesPerNodeMBh, r.DatastoreMB, r.LeaseP50ms, r.LeaseP99ms, r.LeasePUTs, r.ListP50ms, r.ListP99ms,
-		r.FalseNotReady, pss, simCPU, r.Load1, kill)
+		r.FalseNotReady, pss, simCPU, r.Load1, kill, burst)
 }
 
 func (r *result) appendJSON(path string) error {
@@ -204,7 +218,12 @@ func runDriver(ctx context.Context, o *driverOptions) (*result, error) {
 	case <-time.After(o.settle):
 	}
 
-	if err := measureWindow(ctx, o, cs, f, res, ns, name); err != nil {
+	if o.listBurst > 0 {
+		if err := ensureBurstUser(ctx, cs); err != nil {
+			return nil, err
+		}
+	}
+	if err := measureWindow(ctx, o, cfg, cs, f, res, ns, name); err != nil {
 		return res, err
 	}
 	if o.kill {
@@ -236,7 +255,7 @@ func runDriver(ctx context.Context, o *driverOptions) (*result, error) {
 }
 
 // measureWindow samples the control plane for o.duration.
-func measureWindow(ctx context.Context, o *driverOptions, cs kubernetes.Interface, f simulator, res *result, ns, name string) error {
+func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs kubernetes.Interface, f simulator, res *result, ns, name string) error {
 	before, err := readTotals(o.pids)
 	if err != nil {
 		return fmt.Errorf("reading the control plane's processes %v: %w", o.pids, err)
@@ -249,6 +268,10 @@ func measureWindow(ctx context.Context, o *driverOptions, cs kubernetes.Interfac
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 	end := time.After(o.duration)
+	var burst <-chan burstResult
+	if o.listBurst > 0 {
+		burst = startListBurst(ctx, admin, o.listBurst, o.duration)
+	}
 	var churnDebt float64
 	loops := int(o.duration/(10*time.Second)) + 2
 	for i := 0; i < loops; i++ {
@@ -286,6 +309,12 @@ func measureWindow(ctx context.Context, o *driverOptions, cs kubernetes.Interfac
 		}
 	}
 	to := time.Now()
+	var b burstResult
+	if burst != nil {
+		b = <-burst
+		res.BurstClients, res.BurstLists, res.BurstFailed = o.listBurst, b.lists, b.failed
+		res.BurstListP99ms = ms(percentile(sortDurations(b.latency), 99))
+	}
 	after, err := readTotals(o.pids)
 	if err != nil {
 		return fmt.Errorf("reading the control plane's processes: %w", err)
@@ -326,7 +355,7 @@ func measureWindow(ctx context.Context, o *driverOptions, cs kubernetes.Interfac
 		return ctx.Err()
 	case <-time.After(31 * time.Second):
 	}
-	var lat []time.Duration
+	var lat, inBurst []time.Duration
 	var errs []error
 	for _, file := range f.latencyFiles() {
 		d, err := readLeaseLatencies(file, from, to)
@@ -335,7 +364,13 @@ func measureWindow(ctx context.Context, o *driverOptions, cs kubernetes.Interfac
 			continue
 		}
 		lat = append(lat, d...)
+		if !b.from.IsZero() {
+			d, _ := readLeaseLatencies(file, b.from, b.to)
+			inBurst = append(inBurst, d...)
+		}
 	}
+	res.BurstLeasePUTs = len(inBurst)
+	res.BurstLeaseP99ms = ms(percentile(sortDurations(inBurst), 99))
 	lat = sortDurations(lat)
 	res.LeasePUTs = len(lat)
 	res.LeaseP50ms, res.LeaseP99ms = ms(percentile(lat, 50)), ms(percentile(lat, 99))
@@ -346,13 +381,13 @@ func measureWindow(ctx context.Context, o *driverOptions, cs kubernetes.Interfac
 }
 
 // killOne kills node i and times how long until its Ready condition is no
-// longer True (at most 3 minutes).
+// longer True (at most killWait).
 func killOne(ctx context.Context, cs kubernetes.Interface, f simulator, i int) (time.Duration, error) {
 	start := time.Now()
 	if err := f.kill(i); err != nil {
 		return 0, err
 	}
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, false, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, time.Second, killWait, false, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, f.name(i), metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -360,10 +395,14 @@ func killOne(ctx context.Context, cs kubernetes.Interface, f simulator, i int) (
 		return nodeReady(n) != corev1.ConditionTrue, nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("killed node %s still Ready after 3 minutes: %w", f.name(i), err)
+		return 0, fmt.Errorf("killed node %s still Ready after %s: %w", f.name(i), killWait, err)
 	}
 	return time.Since(start), nil
 }
+
+// killWait bounds the wait for a killed node's NotReady: the grace period of
+// the longest --node-heartbeat (2 min: 10 min) and a minute more.
+const killWait = 11 * time.Minute
 
 // waitEvicted polls (every second, at most timeout) until each of pods is
 // gone or marked for deletion: the taint-based eviction of a dead node's

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
@@ -26,7 +27,8 @@ import (
 // TestLiteNodes: five lite nodes in two processes join a real server through
 // the node token and TLS bootstrap, each with a client certificate of its
 // own, get Ready, run one pod each, renew Leases they hold as themselves,
-// are refused what the Node authorizer refuses another node, and a killed
+// are refused what the Node authorizer refuses another node, serve a short
+// LIST burst (-list-burst) as its ordinary user, and a killed
 // one stops renewing its Lease while the others go on. (That a node whose
 // renewals stop goes NotReady is TestHollowNodes' check of the server.)
 func TestLiteNodes(t *testing.T) {
@@ -105,6 +107,8 @@ func TestLiteNodes(t *testing.T) {
 				p.Name, p.Spec.NodeName, p.Status.PodIP, p.Status.HostIP, p.Status.ContainerStatuses)
 		}
 	}
+
+	checkListBurst(ctx, t, kc, cs, n)
 
 	// Each Lease is held, and owned, by its node.
 	for i := range n {
@@ -264,5 +268,40 @@ func checkNodeIsolation(ctx context.Context, t *testing.T, server string, tok no
 	// Its own Node it may create.
 	if err := intruder.register(); err != nil {
 		t.Errorf("lite-intruder registering itself: %v", err)
+	}
+}
+
+// checkListBurst runs a short LIST burst (-list-burst) against the server:
+// its lists succeed as the bound user, which the view role keeps from
+// deleting (so the lists are not the admin's, which APF would exempt).
+func checkListBurst(ctx context.Context, t *testing.T, admin *rest.Config, cs kubernetes.Interface, pods int) {
+	t.Helper()
+	if err := ensureBurstUser(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	if err := ensureBurstUser(ctx, cs); err != nil {
+		t.Fatalf("binding the burst user again: %v", err)
+	}
+	r, err := runListBurst(ctx, admin, 2, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.lists == 0 || r.failed != 0 || len(r.latency) != r.lists || !r.to.After(r.from) {
+		t.Errorf("burst: %d lists, %d failed, %d latencies, from %s to %s; want lists and no failure",
+			r.lists, r.failed, len(r.latency), r.from, r.to)
+	}
+	cfg := rest.CopyConfig(admin)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: burstUser, Groups: []string{"system:authenticated"}}
+	as, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := as.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: workloadLabel + "=spread"})
+	if err != nil || len(list.Items) != pods {
+		t.Fatalf("pods as %s: %v, err %v; want %d", burstUser, len(list.Items), err, pods)
+	}
+	err = as.CoreV1().Pods("default").Delete(ctx, list.Items[0].Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("a dry-run delete as %s: %v, want Forbidden (the burst must not run as the admin)", burstUser, err)
 	}
 }

@@ -109,10 +109,12 @@ type driverOptions struct {
 	pids                               []int
 	datastoreDir                       string
 	n, podsPerNode, churn              int
-	duration, settle                   time.Duration
-	workDir, prefix, label, out        string
-	kill                               bool
-	startEvery                         time.Duration
+	// listBurst is the clients of a LIST burst in the window (burst.go).
+	listBurst                   int
+	duration, settle            time.Duration
+	workDir, prefix, label, out string
+	kill                        bool
+	startEvery                  time.Duration
 	// sim is the simulator that runs the nodes (hollow or lite, auto
 	// resolved); litePerProc the lite nodes per process.
 	sim         string
@@ -132,6 +134,7 @@ func parseOptions(args []string) (*driverOptions, error) {
 	fs.IntVar(&o.n, "n", 5, "simulated nodes")
 	fs.IntVar(&o.podsPerNode, "pods-per-node", 10, "pods per node")
 	fs.IntVar(&o.churn, "churn", 0, "pods deleted (and recreated by their Deployment) per minute during the window")
+	fs.IntVar(&o.listBurst, "list-burst", 0, "clients that list all pods, unpaged, for 30 s in the middle of the window (as an ordinary user: API Priority and Fairness applies); the Lease PUTs in it are reported apart")
 	fs.DurationVar(&o.duration, "duration", 5*time.Minute, "measurement window")
 	fs.DurationVar(&o.settle, "settle", time.Minute, "wait after the pods run, before the window")
 	fs.StringVar(&o.workDir, "work-dir", "", "the nodes' directories (default: a new one under /tmp, removed at the end)")
@@ -203,6 +206,9 @@ func parseOptions(args []string) (*driverOptions, error) {
 	}
 	if o.churn < 0 {
 		errs = append(errs, "-churn must not be negative")
+	}
+	if o.listBurst < 0 || o.listBurst > 64 {
+		errs = append(errs, fmt.Sprintf("-list-burst %d: want 0..64 clients", o.listBurst))
 	}
 	if o.duration < 10*time.Second || o.duration > 24*time.Hour {
 		errs = append(errs, fmt.Sprintf("-duration %s: want 10s..24h", o.duration))

@@ -58,8 +58,8 @@ func TestParseOptions(t *testing.T) {
 		{name: "unknown simulator", args: []string{"-data-dir", withToken, "-sim", "kwok"}, wantErr: `-sim "kwok": want hollow, lite or auto`},
 		{name: "too many pods", args: []string{"-data-dir", withToken, "-pods-per-node", "200"}, wantErr: "-pods-per-node 200"},
 		{name: "short window", args: []string{"-data-dir", withToken, "-duration", "1s"}, wantErr: "-duration 1s: want 10s..24h"},
-		{name: "every problem at once", args: []string{"-data-dir", withToken, "-n", "0", "-churn", "-1"},
-			wantErr: "-n 0: want at least 1; -churn must not be negative"},
+		{name: "every problem at once", args: []string{"-data-dir", withToken, "-n", "0", "-churn", "-1", "-list-burst", "65"},
+			wantErr: "-n 0: want at least 1; -churn must not be negative; -list-burst 65: want 0..64 clients"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := parseOptions(tc.args)
