@@ -81,6 +81,7 @@ type sample struct {
 	live      uint64        // heap live after the last GC cycle
 	heap      uint64        // heap memory the process holds: objects, and spans not returned to the host
 	rss       uint64        // the process's resident memory (read only when busy; 0: unknown)
+	rssFile   uint64        // the file-backed part of rss (the binary's and the datastore's mapped pages)
 	elapsed   time.Duration // since the previous sample
 }
 
@@ -136,6 +137,28 @@ func (p *pacer) burstPercent(s sample) int {
 	return min(max(pct, p.cfg.BasePercent), p.cfg.MaxPercent)
 }
 
+// burstMemoryLimit is the Go runtime's memory limit while a burst runs: what
+// RSSCeiling leaves after the resident file-backed pages, which the runtime's
+// limit does not count. The GC percent alone cannot hold a ceiling: it is
+// relative to the live heap, and a burst grows the live heap too (the API
+// server's watch cache keeps every event of its last minute or so), so a goal
+// that was right at one sample is passed by the next cycle's; TestLoad peaked
+// 110-120 MiB over the 480 MiB ceiling that way. The limit is absolute, and
+// the runtime returns freed memory to stay under it. 0: no burst limit
+// (no ceiling, nothing known of the RSS, or no room above the base percent's
+// heap goal: a limit below it would make the collector run without a pause).
+func (p *pacer) burstMemoryLimit(s sample) int64 {
+	if p.cfg.RSSCeiling == 0 || s.rss == 0 || s.rssFile >= p.cfg.RSSCeiling {
+		return 0
+	}
+	limit := p.cfg.RSSCeiling - s.rssFile
+	baseGoal := s.live + s.live*uint64(p.cfg.BasePercent)/100
+	if limit <= baseGoal+baseGoal/10 {
+		return 0
+	}
+	return int64(limit)
+}
+
 // step takes one sample and returns what to do.
 func (p *pacer) step(s sample) action {
 	if p.busy(s) {
@@ -189,6 +212,19 @@ func Run(ctx context.Context, cfg Config) {
 	prev := time.Now()
 	var burstStart time.Time
 	peak := 0
+	// userLimit is the memory limit outside bursts (GOMEMLIMIT or the
+	// server's own); a burst may only lower it.
+	userLimit := debug.SetMemoryLimit(-1)
+	limit := userLimit
+	setLimit := func(want int64) {
+		if want <= 0 || want > userLimit {
+			want = userLimit
+		}
+		if want != limit {
+			debug.SetMemoryLimit(want)
+			limit = want
+		}
+	}
 
 	ticker := time.NewTicker(p.cfg.Interval)
 	defer ticker.Stop()
@@ -196,6 +232,7 @@ func Run(ctx context.Context, cfg Config) {
 		if p.bursting() {
 			debug.SetGCPercent(p.cfg.BasePercent)
 		}
+		setLimit(0)
 	}()
 	for {
 		select {
@@ -205,13 +242,20 @@ func Run(ctx context.Context, cfg Config) {
 			allocs, live, heap := read()
 			wasBursting := p.bursting()
 			s := sample{allocated: allocs - prevAllocs, live: live, heap: heap, elapsed: now.Sub(prev)}
-			if p.cfg.RSSCeiling > 0 && p.busy(s) {
-				if v, err := procfs.RSS(os.Getpid()); err == nil {
-					s.rss = uint64(v)
+			if p.cfg.RSSCeiling > 0 && (wasBursting || p.busy(s)) {
+				rss, err1 := procfs.RSS(os.Getpid())
+				file, err2 := procfs.StatusBytes(os.Getpid(), "RssFile")
+				if err1 == nil && err2 == nil {
+					s.rss, s.rssFile = uint64(rss), uint64(file)
 				}
 			}
 			a := p.step(s)
 			prevAllocs, prev = allocs, now
+			if p.bursting() {
+				setLimit(p.burstMemoryLimit(s))
+			} else {
+				setLimit(0)
+			}
 			if a.setPercent == 0 {
 				continue
 			}

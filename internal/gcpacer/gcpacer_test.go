@@ -138,6 +138,81 @@ func TestRunFollowsAllocation(t *testing.T) {
 	}
 }
 
+func TestBurstMemoryLimit(t *testing.T) {
+	cfg := Config{BasePercent: 50, BurstHeap: 384 * mib, RSSCeiling: 480 * mib}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		s    sample
+		want int64
+	}{
+		{"the ceiling less the file-backed pages", cfg,
+			sample{live: 100 * mib, rss: 300 * mib, rssFile: 120 * mib}, 360 * mib},
+		{"no ceiling", Config{BasePercent: 50, BurstHeap: 384 * mib},
+			sample{live: 100 * mib, rss: 300 * mib, rssFile: 120 * mib}, 0},
+		{"RSS unknown", cfg, sample{live: 100 * mib}, 0},
+		{"file pages at the ceiling", cfg,
+			sample{live: 100 * mib, rss: 500 * mib, rssFile: 480 * mib}, 0},
+		// Base goal 375 MiB, with the runtime's 10% 412: a limit of 360
+		// would have the collector run without a pause.
+		{"no room above the base goal", cfg,
+			sample{live: 250 * mib, rss: 450 * mib, rssFile: 120 * mib}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := newPacer(tc.cfg).burstMemoryLimit(tc.s); got != tc.want {
+				t.Fatalf("burstMemoryLimit(%+v) = %d MiB, want %d MiB", tc.s, got/mib, tc.want/mib)
+			}
+		})
+	}
+}
+
+// TestRunBurstMemoryLimit runs the pacer with an RSS ceiling on this test
+// process: during a burst the runtime's memory limit is the ceiling less the
+// file-backed pages, and the limit in force before is back after it.
+func TestRunBurstMemoryLimit(t *testing.T) {
+	const base, ceiling = 50, 4 << 30
+	old := debug.SetGCPercent(base)
+	t.Cleanup(func() { debug.SetGCPercent(old) })
+	before := debug.SetMemoryLimit(-1)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Run(ctx, Config{BasePercent: base, BurstHeap: 1 << 40, RSSCeiling: ceiling, Interval: 20 * time.Millisecond, CalmSamples: 5})
+	}()
+	defer func() { cancel(); <-done }()
+
+	var sink [][]byte
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		limit := debug.SetMemoryLimit(-1)
+		if limit < before {
+			// 4 GiB less the file-backed pages of a test binary.
+			if limit > ceiling || limit < ceiling-256*mib {
+				t.Fatalf("memory limit during the burst: %d MiB, want a little under %d MiB", limit/mib, ceiling/mib)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("memory limit still %d after 10 s of allocation: no burst limit", limit)
+		}
+		for range 64 {
+			sink = append(sink, make([]byte, mib))
+			if len(sink) > 8 {
+				sink = sink[1:]
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	sink = nil
+	cancel()
+	<-done
+	if got := debug.SetMemoryLimit(-1); got != before {
+		t.Fatalf("memory limit after Run: %d, want %d as before", got, before)
+	}
+}
+
 func TestRunOff(t *testing.T) {
 	for _, cfg := range []Config{{BasePercent: 50}, {BurstHeap: mib}} {
 		done := make(chan struct{})
