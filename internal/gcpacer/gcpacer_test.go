@@ -151,12 +151,16 @@ func TestBurstMemoryLimit(t *testing.T) {
 		{"no ceiling", Config{BasePercent: 50, BurstHeap: 384 * mib},
 			sample{live: 100 * mib, rss: 300 * mib, rssFile: 120 * mib}, 0},
 		{"RSS unknown", cfg, sample{live: 100 * mib}, 0},
-		{"file pages at the ceiling", cfg,
-			sample{live: 100 * mib, rss: 500 * mib, rssFile: 480 * mib}, 0},
-		// Base goal 375 MiB, with the runtime's 10% 412: a limit of 360
-		// would have the collector run without a pause.
-		{"no room above the base goal", cfg,
-			sample{live: 250 * mib, rss: 450 * mib, rssFile: 120 * mib}, 0},
+		// Base goal 375 MiB, with the runtime's 10% 412, and 30 MiB of
+		// stacks: a limit of 360 would have the collector run without a pause.
+		{"no room above the base goal: what the base percent needs", cfg,
+			sample{live: 250 * mib, rss: 450 * mib, rssFile: 120 * mib, goOther: 30 * mib}, 30*mib + 375*mib + 375*mib/10},
+		{"file pages at the ceiling: what the base percent needs", cfg,
+			sample{live: 100 * mib, rss: 500 * mib, rssFile: 480 * mib, goOther: 20 * mib}, 20*mib + 150*mib + 15*mib},
+		// The server of the N = 100 run: small profile, 317 of 320 MiB,
+		// 99 MiB of it file pages, ~150 MiB live, ~30 MiB of stacks.
+		{"a process sitting at its ceiling", Config{BasePercent: 25, BurstHeap: 160 * mib, RSSCeiling: 320 * mib},
+			sample{live: 150 * mib, rss: 317 * mib, rssFile: 99 * mib, goOther: 30 * mib}, 30*mib + 187.5*mib + 18.75*mib},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := newPacer(tc.cfg).burstMemoryLimit(tc.s); got != tc.want {
