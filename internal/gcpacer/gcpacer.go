@@ -81,8 +81,6 @@ type sample struct {
 	live      uint64        // heap live after the last GC cycle
 	heap      uint64        // heap memory the process holds: objects, and spans not returned to the host
 	rss       uint64        // the process's resident memory (read only when busy; 0: unknown)
-	rssFile   uint64        // the file-backed part of rss (the binary's and the datastore's mapped pages)
-	goOther   uint64        // the Go runtime's memory other than the heap: stacks, metadata
 	elapsed   time.Duration // since the previous sample
 }
 
@@ -138,36 +136,6 @@ func (p *pacer) burstPercent(s sample) int {
 	return min(max(pct, p.cfg.BasePercent), p.cfg.MaxPercent)
 }
 
-// burstMemoryLimit is the Go runtime's memory limit while a burst runs: what
-// RSSCeiling leaves after the resident file-backed pages, which the runtime's
-// limit does not count. The GC percent alone cannot hold a ceiling: it is
-// relative to the live heap, and a burst grows the live heap too (the API
-// server's watch cache keeps every event of its last minute or so), so a goal
-// that was right at one sample is passed by the next cycle's; TestLoad peaked
-// 110-120 MiB over the 480 MiB ceiling that way. The limit is absolute, and
-// the runtime returns freed memory to stay under it.
-//
-// It is never below what the base percent needs: the Go memory other than
-// the heap (stacks, the runtime's metadata) plus the base percent's heap
-// goal and the 10% the runtime keeps over it. A limit at the ceiling of a
-// process that already sits there would have the collector run without a
-// pause (measured: a server at 317 of its 320 MiB ceiling with 100 nodes
-// went from 10% to 60-126% of a core), so at the ceiling the burst costs no
-// more than the base percent. 0: no burst limit (no ceiling, or nothing
-// known of the RSS).
-func (p *pacer) burstMemoryLimit(s sample) int64 {
-	if p.cfg.RSSCeiling == 0 || s.rss == 0 {
-		return 0
-	}
-	var limit uint64
-	if s.rssFile < p.cfg.RSSCeiling {
-		limit = p.cfg.RSSCeiling - s.rssFile
-	}
-	baseGoal := s.live + s.live*uint64(p.cfg.BasePercent)/100
-	floor := s.goOther + baseGoal + baseGoal/10
-	return int64(max(limit, floor))
-}
-
 // step takes one sample and returns what to do.
 func (p *pacer) step(s sample) action {
 	if p.busy(s) {
@@ -211,33 +179,16 @@ func Run(ctx context.Context, cfg Config) {
 		{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/live:bytes"},
 		{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"},
 		{Name: "/memory/classes/heap/free:bytes"},
-		{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"},
 	}
-	read := func() (allocs, live, heap, other uint64) {
+	read := func() (allocs, live, heap uint64) {
 		metrics.Read(samples)
-		heap = uint64Value(samples[2]) + uint64Value(samples[3]) + uint64Value(samples[4])
-		if held := uint64Value(samples[5]) - uint64Value(samples[6]); held > heap {
-			other = held - heap
-		}
-		return uint64Value(samples[0]), uint64Value(samples[1]), heap, other
+		return uint64Value(samples[0]), uint64Value(samples[1]),
+			uint64Value(samples[2]) + uint64Value(samples[3]) + uint64Value(samples[4])
 	}
-	prevAllocs, _, _, _ := read()
+	prevAllocs, _, _ := read()
 	prev := time.Now()
 	var burstStart time.Time
 	peak := 0
-	// userLimit is the memory limit outside bursts (GOMEMLIMIT or the
-	// server's own); a burst may only lower it.
-	userLimit := debug.SetMemoryLimit(-1)
-	limit := userLimit
-	setLimit := func(want int64) {
-		if want <= 0 || want > userLimit {
-			want = userLimit
-		}
-		if want != limit {
-			debug.SetMemoryLimit(want)
-			limit = want
-		}
-	}
 
 	ticker := time.NewTicker(p.cfg.Interval)
 	defer ticker.Stop()
@@ -245,30 +196,22 @@ func Run(ctx context.Context, cfg Config) {
 		if p.bursting() {
 			debug.SetGCPercent(p.cfg.BasePercent)
 		}
-		setLimit(0)
 	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-ticker.C:
-			allocs, live, heap, other := read()
+			allocs, live, heap := read()
 			wasBursting := p.bursting()
-			s := sample{allocated: allocs - prevAllocs, live: live, heap: heap, goOther: other, elapsed: now.Sub(prev)}
-			if p.cfg.RSSCeiling > 0 && (wasBursting || p.busy(s)) {
-				rss, err1 := procfs.RSS(os.Getpid())
-				file, err2 := procfs.StatusBytes(os.Getpid(), "RssFile")
-				if err1 == nil && err2 == nil {
-					s.rss, s.rssFile = uint64(rss), uint64(file)
+			s := sample{allocated: allocs - prevAllocs, live: live, heap: heap, elapsed: now.Sub(prev)}
+			if p.cfg.RSSCeiling > 0 && p.busy(s) {
+				if v, err := procfs.RSS(os.Getpid()); err == nil {
+					s.rss = uint64(v)
 				}
 			}
 			a := p.step(s)
 			prevAllocs, prev = allocs, now
-			if p.bursting() {
-				setLimit(p.burstMemoryLimit(s))
-			} else {
-				setLimit(0)
-			}
 			if a.setPercent == 0 {
 				continue
 			}
