@@ -1,11 +1,8 @@
 package bootstrap
 
 import (
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/spf13/pflag"
 
 	"github.com/edgeplane/edgeplane/pkg/agent"
 )
@@ -28,22 +25,9 @@ func TestNodeHeartbeatFlag(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			o := NewOptions()
-			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-			o.AddFlags(fs)
-			args := append([]string{"--data-dir", t.TempDir(), "--advertise-address", "192.0.2.1"}, tc.args...)
-			if err := fs.Parse(args); err != nil {
-				t.Fatal(err)
-			}
-			c, err := o.Complete()
-			if err != nil {
-				t.Fatal(err)
-			}
-			errs := c.Validate()
+			c, errs := validateArgs(t, tc.args)
 			if tc.wantErr != "" {
-				if len(errs) != 1 || !strings.Contains(errs[0].Error(), tc.wantErr) {
-					t.Fatalf("problems %v; want one containing %q", errs, tc.wantErr)
-				}
+				wantOneProblem(t, errs, tc.wantErr)
 				return
 			}
 			if len(errs) != 0 {

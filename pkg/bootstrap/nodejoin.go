@@ -20,7 +20,6 @@ import (
 
 	"github.com/edgeplane/edgeplane/pkg/controllers"
 	"github.com/edgeplane/edgeplane/pkg/kubeadmcompat"
-	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
 )
 
@@ -55,17 +54,19 @@ func (s *server) startNodeJoin(ctx context.Context, o CompletedOptions) error {
 	if err != nil {
 		return fmt.Errorf("node join: admin kubeconfig server %q: %w", cfg.Host, err)
 	}
+	// kubeadm-joined kubelets get the settings edgeplane's own nodes get:
+	// the kube-dns Service's address (packaged CoreDNS, or the user's own
+	// DNS at that address with --disable=coredns) and the heartbeat.
+	nc := o.nodeSettings()
 	compat := kubeadmcompat.Config{
 		ServerURL:         nodeServerURL(o.BindAddress, o.AdvertiseAddress, port),
 		CAPEM:             caPEM,
 		KubernetesVersion: version.Get().GitVersion,
 		ServiceCIDR:       o.ServiceCIDR.String(),
-		PodCIDR:           o.ClusterCIDR,
-		ClusterDomain:     o.ClusterDomain,
-		// The kube-dns Service's address (packaged CoreDNS, or the user's
-		// own DNS at that address with --disable=coredns).
-		ClusterDNS:        []net.IP{o.ClusterDNS},
-		NodeLeaseDuration: nodeconfig.LeaseDuration(o.NodeHeartbeat),
+		PodCIDR:           nc.ClusterCIDR,
+		ClusterDomain:     nc.ClusterDomain,
+		ClusterDNS:        nc.ClusterDNS,
+		NodeLeaseDuration: nc.NodeLeaseDuration,
 	}
 	if errs := compat.Validate(); len(errs) > 0 {
 		return fmt.Errorf("node join: %v", errs)

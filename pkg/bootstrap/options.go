@@ -262,8 +262,9 @@ func (o *Options) Complete() (CompletedOptions, error) {
 	if c.CompactionInterval = o.CompactionInterval; c.CompactionInterval < 0 {
 		bad("--compaction-interval %s must not be negative", o.CompactionInterval)
 	}
-	if c.NodeHeartbeat = o.NodeHeartbeat; nodeconfig.ValidateHeartbeat(o.NodeHeartbeat) != nil {
-		c.problems = append(c.problems, nodeconfig.ValidateHeartbeat(o.NodeHeartbeat))
+	c.NodeHeartbeat = o.NodeHeartbeat
+	if err := nodeconfig.ValidateHeartbeat(o.NodeHeartbeat); err != nil {
+		c.problems = append(c.problems, err)
 	}
 	if mode, err := strconv.ParseUint(o.WriteKubeconfigMode, 8, 32); err != nil || mode > 0o777 {
 		bad("--write-kubeconfig-mode %q is not an octal file mode such as 0600", o.WriteKubeconfigMode)

@@ -102,9 +102,7 @@ func runHollow(ctx context.Context, c hollowConfig) error {
 	kc.MakeIPTablesUtilChains = false
 	// The cluster's heartbeat, as an agent's kubelet takes it (the server's
 	// --node-heartbeat; upstream's 40 s Lease unless it says otherwise).
-	if nc.NodeLeaseDuration > 0 {
-		kc.NodeLeaseDurationSeconds = int32(nc.NodeLeaseDuration / time.Second)
-	}
+	kc.NodeLeaseDurationSeconds = leaseSeconds(nc, kc.NodeLeaseDurationSeconds)
 
 	// The heartbeat client as the kubelet builds it: no client-side rate
 	// limit, a timeout of the lease duration at most.

@@ -185,10 +185,7 @@ func (n *liteNode) requestCert(ctx context.Context, keyPEM []byte) ([]byte, erro
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's node settings: %w", err)
 	}
-	n.leaseSeconds = liteLeaseSeconds
-	if nc.NodeLeaseDuration > 0 {
-		n.leaseSeconds = int32(nc.NodeLeaseDuration / time.Second)
-	}
+	n.leaseSeconds = leaseSeconds(nc, liteLeaseSeconds)
 	key, err := keyutil.ParsePrivateKeyPEM(keyPEM)
 	if err != nil {
 		return nil, err
@@ -299,4 +296,14 @@ func (n *liteNode) register() error {
 		}
 		klog.FromContext(n.ctx).Info("Unable to register node", "node", n.name, "err", err.Error())
 	}
+}
+
+// leaseSeconds is the node Lease duration the cluster's node settings give
+// (the server's --node-heartbeat), as an agent's kubelet takes it, or def
+// when they give none.
+func leaseSeconds(nc nodeconfig.Config, def int32) int32 {
+	if nc.NodeLeaseDuration <= 0 {
+		return def
+	}
+	return int32(nc.NodeLeaseDuration / time.Second)
 }
