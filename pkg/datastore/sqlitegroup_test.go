@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/k3s-io/kine/pkg/server"
 	"k8s.io/component-base/metrics/testutil"
 	sqlite3 "modernc.org/sqlite"
 )
@@ -39,48 +39,24 @@ func groupCounts(t *testing.T) (commits, writes float64) {
 func TestGroupCommitCompareAndSwap(t *testing.T) {
 	ctx, b := startSQLiteBackendWindow(t, 30*time.Millisecond)
 	const keys, writersPerKey, rounds = 8, 3, 8
-	key := func(k int) string { return fmt.Sprintf("%skube-node-lease/node-%d", leasePrefix, k) }
-	for k := range keys {
-		if _, err := b.Create(ctx, key(k), []byte("0"), 0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createCounters(ctx, t, b, keys)
 	commits0, writes0 := groupCounts(t)
-
-	var conflicts sync.Map
-	inParallel(t, keys*writersPerKey, func(w int) error {
-		k := key(w % keys)
-		for round := 0; round < rounds; {
-			_, kv, err := b.Get(ctx, k, 0, false)
-			if err != nil || kv == nil {
-				return fmt.Errorf("get %s: %v, %v", k, kv, err)
-			}
-			n, err := strconv.Atoi(string(kv.Value))
-			if err != nil {
-				return fmt.Errorf("%s holds %q", k, kv.Value)
-			}
-			rev, _, updated, err := b.Update(ctx, k, []byte(strconv.Itoa(n+1)), kv.ModRevision, 0)
-			if err != nil {
-				return fmt.Errorf("update %s at %d: %v", k, kv.ModRevision, err)
-			}
-			if !updated {
-				conflicts.Store(w, true)
-				continue // another writer's update came first: read again
-			}
-			if rev <= kv.ModRevision {
-				return fmt.Errorf("update of %s at %d answered revision %d", k, kv.ModRevision, rev)
-			}
-			round++
+	racingIncrements(ctx, t, b, keys, writersPerKey, rounds, func(_ int, read *server.KeyValue, rev int64, _ *server.KeyValue, updated bool) error {
+		if !updated {
+			return nil // another writer's update came first: read again
+		}
+		if rev <= read.ModRevision {
+			return fmt.Errorf("update of %s at %d answered revision %d", read.Key, read.ModRevision, rev)
 		}
 		return nil
 	})
 	for k := range keys {
-		_, kv, err := b.Get(ctx, key(k), 0, false)
+		_, kv, err := b.Get(ctx, counterKey(k), 0, false)
 		if err != nil || kv == nil {
-			t.Fatalf("get %s: %v, %v", key(k), kv, err)
+			t.Fatalf("get %s: %v, %v", counterKey(k), kv, err)
 		}
 		if got, want := string(kv.Value), strconv.Itoa(writersPerKey*rounds); got != want {
-			t.Errorf("%s counts %s acknowledged updates, want %s: an update was lost or applied twice", key(k), got, want)
+			t.Errorf("%s counts %s acknowledged updates, want %s: an update was lost or applied twice", counterKey(k), got, want)
 		}
 	}
 	commits, writes := groupCounts(t)
@@ -92,6 +68,52 @@ func TestGroupCommitCompareAndSwap(t *testing.T) {
 		t.Errorf("%v writes in %v commits: the Lease writes did not share commits", writes, commits)
 	}
 	t.Logf("%v writes in %v commits", writes, commits)
+}
+
+// counterKey is the key of the k-th counter of racingIncrements.
+func counterKey(k int) string { return fmt.Sprintf("%skube-node-lease/node-%d", leasePrefix, k) }
+
+// createCounters creates keys counters (counterKey) at "0" through b.
+func createCounters(ctx context.Context, t *testing.T, b server.Backend, keys int) {
+	t.Helper()
+	for k := range keys {
+		if _, err := b.Create(ctx, counterKey(k), []byte("0"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// racingIncrements has writersPerKey writers per counter (createCounters)
+// add 1 to theirs rounds times by kine's read-modify-write (Get, then Update
+// at the read revision), reading again after a lost race. answered checks
+// each Update's answer to a writer that read read.
+func racingIncrements(ctx context.Context, t *testing.T, b server.Backend, keys, writersPerKey, rounds int,
+	answered func(w int, read *server.KeyValue, rev int64, cur *server.KeyValue, updated bool) error) {
+	t.Helper()
+	inParallel(t, keys*writersPerKey, func(w int) error {
+		k := counterKey(w % keys)
+		for round := 0; round < rounds; {
+			_, kv, err := b.Get(ctx, k, 0, false)
+			if err != nil || kv == nil {
+				return fmt.Errorf("get %s: %v, %v", k, kv, err)
+			}
+			n, err := strconv.Atoi(string(kv.Value))
+			if err != nil {
+				return fmt.Errorf("%s holds %q", k, kv.Value)
+			}
+			rev, cur, updated, err := b.Update(ctx, k, []byte(strconv.Itoa(n+1)), kv.ModRevision, 0)
+			if err != nil {
+				return fmt.Errorf("update %s at %d: %v", k, kv.ModRevision, err)
+			}
+			if err := answered(w, kv, rev, cur, updated); err != nil {
+				return err
+			}
+			if updated {
+				round++
+			}
+		}
+		return nil
+	})
 }
 
 // openGroupDB opens a database whose writes go through a commit group with
