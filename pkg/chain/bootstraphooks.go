@@ -92,7 +92,25 @@ type BootstrapObject struct {
 // bindings, roles and role bindings with their reconciles through client;
 // without confirm a reconcile only reports what it would do.
 func BootstrapRBAC(client kubernetes.Interface, confirm bool) []BootstrapObject {
+	return bootstrapRBAC(client, confirm, nil)
+}
+
+// bootstrapRBAC is BootstrapRBAC reading existing objects from listed first
+// when it is not nil.
+func bootstrapRBAC(client kubernetes.Interface, confirm bool, listed *listedRBAC) []BootstrapObject {
 	var objs []BootstrapObject
+	roleClient := func(kind string, m reconciliation.RuleOwnerModifier) reconciliation.RuleOwnerModifier {
+		if listed == nil {
+			return m
+		}
+		return listedRoles{RuleOwnerModifier: m, kind: kind, listed: listed}
+	}
+	bindingClient := func(kind string, m reconciliation.RoleBindingModifier) reconciliation.RoleBindingModifier {
+		if listed == nil {
+			return m
+		}
+		return listedBindings{RoleBindingModifier: m, kind: kind, listed: listed}
+	}
 	role := func(kind, namespace, name string, o reconciliation.ReconcileRoleOptions) {
 		o.Confirm = confirm
 		objs = append(objs, BootstrapObject{Kind: kind, Namespace: namespace, Name: name,
@@ -112,22 +130,22 @@ func BootstrapRBAC(client kubernetes.Interface, confirm bool) []BootstrapObject 
 	rbac, namespaces := client.RbacV1(), client.CoreV1().Namespaces()
 	for _, r := range append(bootstrappolicy.ClusterRoles(), bootstrappolicy.ControllerRoles()...) {
 		role("ClusterRole", "", r.Name, reconciliation.ReconcileRoleOptions{Role: reconciliation.ClusterRoleRuleOwner{ClusterRole: &r},
-			Client: reconciliation.ClusterRoleModifier{Client: rbac.ClusterRoles()}})
+			Client: roleClient("ClusterRole", reconciliation.ClusterRoleModifier{Client: rbac.ClusterRoles()})})
 	}
 	for _, b := range append(bootstrappolicy.ClusterRoleBindings(), bootstrappolicy.ControllerRoleBindings()...) {
 		binding("ClusterRoleBinding", "", b.Name, reconciliation.ReconcileRoleBindingOptions{RoleBinding: reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: &b},
-			Client: reconciliation.ClusterRoleBindingClientAdapter{Client: rbac.ClusterRoleBindings()}})
+			Client: bindingClient("ClusterRoleBinding", reconciliation.ClusterRoleBindingClientAdapter{Client: rbac.ClusterRoleBindings()})})
 	}
 	for ns, roles := range bootstrappolicy.NamespaceRoles() {
 		for _, r := range roles {
 			role("Role", ns, r.Name, reconciliation.ReconcileRoleOptions{Role: reconciliation.RoleRuleOwner{Role: &r},
-				Client: reconciliation.RoleModifier{Client: rbac, NamespaceClient: namespaces}})
+				Client: roleClient("Role", reconciliation.RoleModifier{Client: rbac, NamespaceClient: namespaces})})
 		}
 	}
 	for ns, bindings := range bootstrappolicy.NamespaceRoleBindings() {
 		for _, b := range bindings {
 			binding("RoleBinding", ns, b.Name, reconciliation.ReconcileRoleBindingOptions{RoleBinding: reconciliation.RoleBindingAdapter{RoleBinding: &b},
-				Client: reconciliation.RoleBindingClientAdapter{Client: rbac, NamespaceClient: namespaces}})
+				Client: bindingClient("RoleBinding", reconciliation.RoleBindingClientAdapter{Client: rbac, NamespaceClient: namespaces})})
 		}
 	}
 	return objs
@@ -138,13 +156,15 @@ func BootstrapRBAC(client kubernetes.Interface, confirm bool) []BootstrapObject 
 // retries them.
 func ensureRBACPolicy(ctx context.Context, client kubernetes.Interface) bool {
 	logger := klog.FromContext(ctx)
-	// The datastore must answer before reconciling starts.
-	if _, err := client.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+	// The datastore must answer before reconciling starts; what exists is
+	// read with four LISTs, not a GET per object.
+	listed, err := listRBAC(ctx, client)
+	if err != nil {
 		logger.Info("Waiting to create the bootstrap RBAC policy", "err", err)
 		return false
 	}
 	done := true
-	for _, o := range BootstrapRBAC(client, true) {
+	for _, o := range bootstrapRBAC(client, true, listed) {
 		err := retry.OnError(retry.DefaultBackoff, isConflictOrServiceUnavailable, func() error {
 			op, protected, err := o.Reconcile()
 			switch {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -37,6 +38,9 @@ type lazyOpenAPIV3 struct {
 	config *openapicommon.OpenAPIV3Config
 	byGV   map[string]*restful.WebService // "api/v1", "apis/apps/v1", ...
 	keep   time.Duration
+	// cacheFile keeps the discovery across restarts (openapiv3cache.go);
+	// empty: computed at every start.
+	cacheFile string
 
 	build     sync.Mutex // one build at a time: builder3 fills in config on first use
 	discovery struct {
@@ -56,14 +60,16 @@ type builtOpenAPIV3 struct {
 }
 
 // installOpenAPI installs on the kube-apiserver what its PrepareRun would have
-// (tune sets SkipOpenAPIInstallation there): upstream's OpenAPI v2 when
-// enabled, and the lazy v3.
-func installOpenAPI(s *genericapiserver.GenericAPIServer, v2 *openapicommon.Config, v3 *openapicommon.OpenAPIV3Config) {
+// (tune sets SkipOpenAPIInstallation there): upstream's OpenAPI v2 built on
+// its first request when enabled, and the lazy v3.
+func installOpenAPI(s *genericapiserver.GenericAPIServer, v2 *openapicommon.Config, v3 *openapicommon.OpenAPIV3Config, stateDir string) {
 	if v2 != nil {
-		s.OpenAPIVersionedService, s.StaticOpenAPISpec = routes.OpenAPI{Config: v2}.InstallV2(s.Handler.GoRestfulContainer, s.Handler.NonGoRestfulMux)
+		s.OpenAPIVersionedService = installLazyOpenAPIV2(v2, s.Handler.GoRestfulContainer, s.Handler.NonGoRestfulMux)
 	}
 	if v3 != nil {
-		newLazyOpenAPIV3(v3, s.Handler.GoRestfulContainer.RegisteredWebServices(), openAPIV3Keep).install(s.Handler.NonGoRestfulMux)
+		l := newLazyOpenAPIV3(v3, s.Handler.GoRestfulContainer.RegisteredWebServices(), openAPIV3Keep)
+		l.cacheFile = filepath.Join(stateDir, openAPIV3DiscoveryFile)
+		l.install(s.Handler.NonGoRestfulMux)
 	}
 }
 
@@ -94,6 +100,16 @@ func (l *lazyOpenAPIV3) buildGroupVersion(gv string) *handler3.OpenAPIService {
 // hash of its document, as upstream's handler writes it.
 func (l *lazyOpenAPIV3) discoveryBody() ([]byte, error) {
 	l.discovery.once.Do(func() {
+		key := l.discoveryKey()
+		if body, ok := loadDiscovery(l.cacheFile, key); ok && l.keepListed(body) {
+			l.discovery.body = body
+			return
+		}
+		defer func() {
+			if l.discovery.err == nil {
+				storeDiscovery(l.cacheFile, key, l.discovery.body)
+			}
+		}()
 		gvs := make([]string, 0, len(l.byGV))
 		for gv := range l.byGV {
 			gvs = append(gvs, gv)
@@ -118,6 +134,22 @@ func (l *lazyOpenAPIV3) discoveryBody() ([]byte, error) {
 		l.discovery.body, l.discovery.err = json.Marshal(&merged)
 	})
 	return l.discovery.body, l.discovery.err
+}
+
+// keepListed drops from byGV the group-versions a kept discovery body leaves
+// out (their documents failed to build), as computing it does; false when
+// the body does not parse.
+func (l *lazyOpenAPIV3) keepListed(body []byte) bool {
+	var d handler3.OpenAPIV3Discovery
+	if json.Unmarshal(body, &d) != nil {
+		return false
+	}
+	for gv := range l.byGV {
+		if _, ok := d.Paths[gv]; !ok {
+			delete(l.byGV, gv)
+		}
+	}
+	return true
 }
 
 func (l *lazyOpenAPIV3) serveDiscovery(w http.ResponseWriter, r *http.Request) {

@@ -7,7 +7,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,5 +153,62 @@ func TestLazyOpenAPIV3(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("%d documents still kept a minute after their last request, keep is 100 ms", kept)
+	}
+}
+
+// TestLazyOpenAPIV3Kept checks the discovery kept across restarts: a second
+// server with the same routes serves the first one's bytes without building
+// a document, and one with other routes computes its own and replaces the file.
+func TestLazyOpenAPIV3Kept(t *testing.T) {
+	file := filepath.Join(t.TempDir(), openAPIV3DiscoveryFile)
+	var builds atomic.Int32
+	serve := func(roots ...string) (*lazyOpenAPIV3, answer) {
+		config := widgetConfig()
+		defs := config.GetDefinitions
+		config.GetDefinitions = func(ref openapicommon.ReferenceCallback) map[string]openapicommon.OpenAPIDefinition {
+			builds.Add(1)
+			return defs(ref)
+		}
+		var services []*restful.WebService
+		for _, root := range roots {
+			services = append(services, widgetService(root))
+		}
+		broken := new(restful.WebService).Path("/apis/broken.example.com/v1")
+		broken.Route(broken.GET("/gadgets").To(func(*restful.Request, *restful.Response) {}).Operation("listGadgets").Writes(struct{ Undefined int }{}))
+		services = append(services, broken)
+		l := newLazyOpenAPIV3(config, services, time.Hour)
+		l.cacheFile = file
+		m := mux.NewPathRecorderMux("lazy")
+		l.install(m)
+		return l, call(t, m, "/openapi/v3", "")
+	}
+	first, firstAnswer := serve("/api/v1", "/apis/widgets.example.com/v1")
+	if firstAnswer.code != http.StatusOK || builds.Load() == 0 {
+		t.Fatalf("first discovery: %d after %d builds", firstAnswer.code, builds.Load())
+	}
+	if _, ok := first.byGV["apis/broken.example.com/v1"]; ok {
+		t.Errorf("the group-version whose document failed is still served")
+	}
+	kept, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("the discovery was not kept: %v", err)
+	}
+
+	builds.Store(0)
+	second, secondAnswer := serve("/api/v1", "/apis/widgets.example.com/v1")
+	if secondAnswer.body != firstAnswer.body || builds.Load() != 0 {
+		t.Errorf("restart with the same routes: %d builds, body %s; want none and %s", builds.Load(), secondAnswer.body, firstAnswer.body)
+	}
+	if _, ok := second.byGV["apis/broken.example.com/v1"]; ok {
+		t.Errorf("after a restart, the group-version whose document failed is served")
+	}
+
+	builds.Store(0)
+	_, third := serve("/api/v1", "/apis/widgets.example.com/v1", "/apis/widgets.example.com/v2")
+	if builds.Load() == 0 || !strings.Contains(third.body, "widgets.example.com/v2") {
+		t.Errorf("other routes: %d builds, body %s; want the discovery computed again with v2", builds.Load(), third.body)
+	}
+	if now, _ := os.ReadFile(file); string(now) == string(kept) {
+		t.Errorf("the kept discovery was not replaced for the new routes")
 	}
 }

@@ -153,6 +153,7 @@ func (s *Server) closeListener() {
 
 // build turns our Config into a prepared upstream aggregator chain.
 func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
+	steps := newBuildSteps()
 	authnFile, err := writeAuthenticationConfig(filepath.Clean(c.StateDir))
 	if err != nil {
 		return nil, nil, err
@@ -171,10 +172,12 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 	if errs := completed.Validate(); len(errs) != 0 {
 		return nil, nil, fmt.Errorf("chain: invalid options: %w", utilerrors.NewAggregate(errs))
 	}
+	steps.done("options")
 	config, err := newConfig(completed, c.InformerResync, c.CompactionInterval, c.Storage.InProcess)
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: build config: %w", err)
 	}
+	steps.done("config")
 	// Taken before tune turns the upstream hooks they replace off.
 	hooks := bootstrapHooks(config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks)
 	tune(config, c)
@@ -182,17 +185,20 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: complete config: %w", err)
 	}
+	steps.done("complete")
 	aggregator, err := app.CreateServerChain(completedConfig)
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: create server chain: %w", err)
 	}
+	steps.done("servers")
 	// Before PrepareRun, where the aggregator reads the delegates' OpenAPI.
 	kubeAPIServer, ok := aggregator.GenericAPIServer.NextDelegate().(*genericapiserver.GenericAPIServer)
 	if !ok {
 		return nil, nil, fmt.Errorf("chain: the aggregator's delegate is a %T, not the kube-apiserver", aggregator.GenericAPIServer.NextDelegate())
 	}
 	generic := config.KubeAPIs.ControlPlane.Generic
-	installOpenAPI(kubeAPIServer, generic.OpenAPIConfig, generic.OpenAPIV3Config)
+	installOpenAPI(kubeAPIServer, generic.OpenAPIConfig, generic.OpenAPIV3Config, filepath.Clean(c.StateDir))
+	steps.done("openapi")
 	// The aggregator is outermost: its /readyz speaks for the whole chain.
 	if err := aggregator.GenericAPIServer.AddReadyzChecks(c.ReadyzChecks...); err != nil {
 		return nil, nil, fmt.Errorf("chain: readyz checks: %w", err)
@@ -206,6 +212,8 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: prepare: %w", err)
 	}
+	steps.done("prepare")
+	steps.log(ctx)
 	return prepared, rest.CopyConfig(aggregator.GenericAPIServer.LoopbackClientConfig), nil
 }
 

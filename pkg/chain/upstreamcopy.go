@@ -124,7 +124,7 @@ func upstreamBuildGenericConfig(
 		return
 	}
 
-	if lastErr = s.SecureServing.ApplyToConfig(genericConfig); lastErr != nil {
+	if lastErr = applyLoopbackServing(s.SecureServing, genericConfig); lastErr != nil { // edgeplane: an ECDSA loopback certificate
 		return
 	}
 

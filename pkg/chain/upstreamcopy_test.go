@@ -40,6 +40,7 @@ var upstreamCopies = []struct {
 		replacements: [][2]string{
 			{"\t\t10*time.Minute,\n", "\t\tresync,\n"},
 			{"= BuildAuthorizer(", "= controlplaneapiserver.BuildAuthorizer("},
+			{"s.SecureServing.ApplyToConfig(genericConfig)", "applyLoopbackServing(s.SecureServing, genericConfig)"},
 		},
 	},
 }

@@ -185,5 +185,6 @@ func clientFor(kubeconfig, agent string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("load %s: %w", kubeconfig, err)
 	}
 	cfg.UserAgent = agent
+	cfg.QPS, cfg.Burst = clientQPS, clientBurst // client-go's 5/10 throttled start-up's bursts
 	return kubernetes.NewForConfig(cfg)
 }

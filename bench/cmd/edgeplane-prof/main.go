@@ -5,6 +5,8 @@
 //
 //	EDGEPLANE_PROF_CPU=5s       CPU profile of the first 5 s (cpu.pprof)
 //	EDGEPLANE_PROF_CPU_AFTER=30s  start that CPU profile 30 s after start instead (under load)
+//	EDGEPLANE_PROF_TRACE=3s     execution trace of the first 3 s (trace.out; go tool trace,
+//	                            -pprof=sync|sched|net for where start-up waits)
 //	EDGEPLANE_PROF_HEAP=60s,10m heap and goroutine profiles that long after start
 //	                            (heap-60s.pprof, goroutine-60s.pprof, ...), each with the
 //	                            runtime's memory statistics (memstats-60s.txt)
@@ -23,6 +25,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +41,9 @@ func main() {
 	if d, err := time.ParseDuration(os.Getenv("EDGEPLANE_PROF_CPU")); err == nil {
 		after, _ := time.ParseDuration(os.Getenv("EDGEPLANE_PROF_CPU_AFTER"))
 		time.AfterFunc(after, func() { profileCPU(dir, d) })
+	}
+	if d, err := time.ParseDuration(os.Getenv("EDGEPLANE_PROF_TRACE")); err == nil {
+		traceFor(dir, d)
 	}
 	for _, s := range strings.Split(os.Getenv("EDGEPLANE_PROF_HEAP"), ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))
@@ -62,6 +68,13 @@ func profileCPU(dir string, d time.Duration) {
 	f, err := os.Create(filepath.Join(dir, "cpu.pprof"))
 	if err == nil && pprof.StartCPUProfile(f) == nil {
 		time.AfterFunc(d, func() { pprof.StopCPUProfile(); f.Close() })
+	}
+}
+
+func traceFor(dir string, d time.Duration) {
+	f, err := os.Create(filepath.Join(dir, "trace.out"))
+	if err == nil && trace.Start(f) == nil {
+		time.AfterFunc(d, func() { trace.Stop(); f.Close() })
 	}
 }
 
