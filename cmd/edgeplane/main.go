@@ -6,6 +6,10 @@ import (
 	"os"
 	"path/filepath"
 
+	// Before anything that imports kubectl: its catalog is loaded only
+	// when the process runs kubectl.
+	_ "github.com/edgeplane/edgeplane/internal/kubectli18n"
+
 	"github.com/edgeplane/edgeplane/cmd/edgeplane/app"
 	"github.com/edgeplane/edgeplane/internal/kubeversion"
 )

@@ -158,11 +158,20 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 // startAfterChain runs the start-up steps that need the API server, in
 // order. They run while /readyz still fails its start-up check: a client
 // that sees 200 finds the tokens, the node settings and the kubeconfig.
+//
+// Node join (cluster-info, kubeadm's ConfigMaps, the default node token)
+// needs only the API server, so it runs beside the controllers' start
+// (0.3-0.7 s of a warm restart) instead of after it.
 func (s *server) startAfterChain(ctx context.Context, o CompletedOptions, port int, storage datastore.ClientConfig, etcdJoin *etcdJoin) error {
+	joinCtx, cancelJoin := context.WithCancel(ctx)
+	joined := make(chan error, 1)
+	go func() { joined <- s.startNodeJoin(joinCtx, o) }()
+	waitJoin := sync.OnceValue(func() error { return <-joined })
+	defer func() { cancelJoin(); _ = waitJoin() }() // a failed step returns only after it
 	for _, step := range []func() error{
 		func() error { return s.startControllers(ctx, o) },
 		func() error { return s.startDay2(ctx, o, port, storage) },
-		func() error { return s.startNodeJoin(ctx, o) }, // cluster-info, kubeadm's ConfigMaps, the default node token
+		waitJoin,
 		func() error { return etcdJoin.publish(ctx, s.pki) },
 		func() error { return s.publishNodeConfig(ctx, o) },
 		func() error { return s.startAddons(ctx, o) }, // manifests (CoreDNS), servicelb

@@ -16,7 +16,7 @@ import (
 
 const (
 	defaultWatchGrace = 2 * time.Second
-	readyPollInterval = 100 * time.Millisecond
+	readyPollInterval = 25 * time.Millisecond // a ~1 ms GET on loopback; at 100 ms it cost ~50 ms of every start on average
 	// slowCheck is the duration past which a readiness check is named in the start-up timeline.
 	slowCheck = 300 * time.Millisecond
 )

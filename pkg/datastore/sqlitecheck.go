@@ -9,7 +9,9 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
+	"k8s.io/klog/v2"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -60,7 +62,40 @@ func checkSQLite(ctx context.Context, path string) error {
 		}
 		return invalidSQLite(path, "quick_check: "+strings.Join(problems, "; "))
 	}
+	startupVacuum(ctx, db, path)
 	return nil
+}
+
+// A database is rewritten at start (VACUUM) only when at least
+// vacuumMinFree bytes and a quarter of its pages are free: compaction
+// deletes rows, SQLite reuses the pages they leave, and the file only
+// shrinks with a VACUUM, which writes the whole database twice.
+const vacuumMinFree = 8 << 20
+
+func worthVacuum(pages, free, pageSize int64) bool {
+	return free*pageSize >= vacuumMinFree && free*4 >= pages
+}
+
+// startupVacuum reclaims a mostly free database's space; a failure only
+// leaves the file as large as it was.
+func startupVacuum(ctx context.Context, db *sql.DB, path string) {
+	logger := klog.FromContext(ctx)
+	var pages, free, pageSize int64
+	err := db.QueryRowContext(ctx, "SELECT page_count, freelist_count, page_size FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()").Scan(&pages, &free, &pageSize)
+	if err != nil {
+		logger.Info("Not checking the database's free space", "database", path, "err", err)
+		return
+	}
+	if !worthVacuum(pages, free, pageSize) {
+		return
+	}
+	start := time.Now()
+	if _, err := db.ExecContext(ctx, "VACUUM"); err != nil {
+		logger.Info("Could not reclaim the database's free space (VACUUM)", "database", path, "err", err)
+		return
+	}
+	logger.Info("Reclaimed the database's free space (VACUUM)", "database", path,
+		"before", pages*pageSize, "freed", free*pageSize, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // sqliteCheckErr tells corruption apart from I/O, permission or lock errors.
