@@ -48,15 +48,13 @@ func (s *server) startAddons(ctx context.Context, o CompletedOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := s.mgr.start(ctx, mc, stopTimeout); err != nil {
-		return err
-	}
 	if o.Disabled[componentServiceLB] {
-		return nil
+		return s.mgr.start(ctx, mc, stopTimeout)
 	}
 	lb, err := servicelb.New(servicelb.Options{Kubeconfig: s.pki.AdminKubeconfig})
 	if err != nil {
 		return err
 	}
-	return s.mgr.start(ctx, lb, stopTimeout)
+	// Neither needs the other.
+	return s.mgr.startTogether(ctx, stopTimeout, mc, lb)
 }

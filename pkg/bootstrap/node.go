@@ -146,6 +146,7 @@ func adminClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("admin kubeconfig: %w", err)
 	}
 	cfg.UserAgent = "edgeplane"
+	cfg.QPS, cfg.Burst = 50, 100 // client-go's 5 / 10 throttles start-up's bursts of requests
 	return kubernetes.NewForConfig(cfg)
 }
 
