@@ -2,6 +2,7 @@ package chain
 
 import (
 	"context"
+	"sync"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +21,7 @@ import (
 // server, so a stale listing costs one conflict, never a lost update.
 type listedRBAC struct {
 	objs  map[listedKey]runtime.Object
+	mu    sync.Mutex // the reconcile's workers take from it at once
 	taken map[listedKey]bool
 }
 
@@ -68,6 +70,8 @@ func (l *listedRBAC) add(kind string, obj runtime.Object, meta *metav1.ObjectMet
 // of the same object on: read it from the API server.
 func (l *listedRBAC) take(kind, namespace, name string) (obj runtime.Object, err error, ok bool) {
 	k := listedKey{kind, namespace, name}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.taken[k] {
 		return nil, nil, false
 	}
