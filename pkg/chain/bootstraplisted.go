@@ -83,6 +83,23 @@ func (l *listedRBAC) take(kind, namespace, name string) (obj runtime.Object, err
 	return obj, nil, true
 }
 
+// listedGet answers a Get from the lists (take) through wrap, or from the
+// API server through live.
+func listedGet[T any](l *listedRBAC, kind, namespace, name string, wrap func(runtime.Object) (T, bool), live func(string, string) (T, error)) (T, error) {
+	obj, err, ok := l.take(kind, namespace, name)
+	if !ok {
+		return live(namespace, name)
+	}
+	if err != nil {
+		var none T
+		return none, err
+	}
+	if t, ok := wrap(obj); ok {
+		return t, nil
+	}
+	return live(namespace, name)
+}
+
 // listedRoles reads roles and cluster roles from the lists first.
 type listedRoles struct {
 	reconciliation.RuleOwnerModifier
@@ -91,20 +108,15 @@ type listedRoles struct {
 }
 
 func (m listedRoles) Get(namespace, name string) (reconciliation.RuleOwner, error) {
-	obj, err, ok := m.listed.take(m.kind, namespace, name)
-	if !ok {
-		return m.RuleOwnerModifier.Get(namespace, name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	switch o := obj.(type) {
-	case *rbacv1.ClusterRole:
-		return reconciliation.ClusterRoleRuleOwner{ClusterRole: o}, nil
-	case *rbacv1.Role:
-		return reconciliation.RoleRuleOwner{Role: o}, nil
-	}
-	return m.RuleOwnerModifier.Get(namespace, name)
+	return listedGet(m.listed, m.kind, namespace, name, func(obj runtime.Object) (reconciliation.RuleOwner, bool) {
+		switch o := obj.(type) {
+		case *rbacv1.ClusterRole:
+			return reconciliation.ClusterRoleRuleOwner{ClusterRole: o}, true
+		case *rbacv1.Role:
+			return reconciliation.RoleRuleOwner{Role: o}, true
+		}
+		return nil, false
+	}, m.RuleOwnerModifier.Get)
 }
 
 // listedBindings reads role bindings and cluster role bindings from the
@@ -116,18 +128,13 @@ type listedBindings struct {
 }
 
 func (m listedBindings) Get(namespace, name string) (reconciliation.RoleBinding, error) {
-	obj, err, ok := m.listed.take(m.kind, namespace, name)
-	if !ok {
-		return m.RoleBindingModifier.Get(namespace, name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	switch o := obj.(type) {
-	case *rbacv1.ClusterRoleBinding:
-		return reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: o}, nil
-	case *rbacv1.RoleBinding:
-		return reconciliation.RoleBindingAdapter{RoleBinding: o}, nil
-	}
-	return m.RoleBindingModifier.Get(namespace, name)
+	return listedGet(m.listed, m.kind, namespace, name, func(obj runtime.Object) (reconciliation.RoleBinding, bool) {
+		switch o := obj.(type) {
+		case *rbacv1.ClusterRoleBinding:
+			return reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: o}, true
+		case *rbacv1.RoleBinding:
+			return reconciliation.RoleBindingAdapter{RoleBinding: o}, true
+		}
+		return nil, false
+	}, m.RoleBindingModifier.Get)
 }
