@@ -69,12 +69,11 @@ func (l *lazyOpenAPIV3) discoveryKey() string {
 }
 
 // executableBuildID is the Go build ID note of the running binary, which
-// changes whenever anything that went into the binary does.
+// changes whenever anything that went into the binary does. It reads
+// /proc/self/exe, the file this process runs even after an upgrade
+// replaced the one at its path.
 func executableBuildID() ([]byte, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
+	const exe = "/proc/self/exe"
 	f, err := elf.Open(exe)
 	if err != nil {
 		return nil, err
