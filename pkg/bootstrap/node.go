@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -141,13 +142,24 @@ func localServerHost(bind net.IP) net.IP {
 
 // adminClient is a client with the admin kubeconfig.
 func adminClient(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := adminConfig(kubeconfig, "edgeplane")
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// adminConfig is the admin kubeconfig's client config, as agent, at 50 QPS
+// with a burst of 100: client-go's 5 / 10 made start-up's runs of requests
+// wait (node join's last five ~150 ms of a warm restart).
+func adminConfig(kubeconfig, agent string) (*rest.Config, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("admin kubeconfig: %w", err)
 	}
-	cfg.UserAgent = "edgeplane"
-	cfg.QPS, cfg.Burst = 50, 100 // client-go's 5 / 10 throttles start-up's bursts of requests
-	return kubernetes.NewForConfig(cfg)
+	cfg.UserAgent = agent
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg, nil
 }
 
 // retryTransient runs f until it succeeds, for up to a minute: the API

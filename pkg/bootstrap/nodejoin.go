@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 
@@ -36,15 +35,10 @@ const nodeJoinRetry = 20 * time.Second
 // when its Secret was deleted).
 func (s *server) startNodeJoin(ctx context.Context, o CompletedOptions) error {
 	logger := klog.FromContext(ctx)
-	cfg, err := clientcmd.BuildConfigFromFlags("", s.pki.AdminKubeconfig)
+	cfg, err := adminConfig(s.pki.AdminKubeconfig, "edgeplane-node-join")
 	if err != nil {
-		return fmt.Errorf("node join: admin kubeconfig: %w", err)
+		return fmt.Errorf("node join: %w", err)
 	}
-	cfg.UserAgent = "edgeplane-node-join"
-	// Its ~16 requests run one after the other before the server says it
-	// is ready: client-go's default 5 QPS with a burst of 10 made the last
-	// five wait ~150 ms in a warm restart.
-	cfg.QPS, cfg.Burst = 50, 100
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("node join: %w", err)
