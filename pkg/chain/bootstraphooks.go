@@ -3,10 +3,9 @@ package chain
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -169,30 +168,17 @@ func ensureRBACPolicy(ctx context.Context, client kubernetes.Interface) bool {
 	// Reconciled by a few workers at once: on a first start every object is
 	// a create, and with SQLite's fsync at every commit one at a time took
 	// ~0.5 s; concurrent commits share their fsyncs (group commit).
-	objs := bootstrapRBAC(client, true, listed)
-	work := make(chan BootstrapObject)
-	var failed atomic.Bool
-	var wg sync.WaitGroup
-	for range min(bootstrapWorkers, len(objs)) {
-		wg.Go(func() {
-			for o := range work {
-				if !reconcileBootstrapObject(logger, o) {
-					failed.Store(true)
-				}
-			}
-		})
+	var g errgroup.Group
+	g.SetLimit(bootstrapWorkers)
+	for _, o := range bootstrapRBAC(client, true, listed) {
+		g.Go(func() error { return reconcileBootstrapObject(logger, o) })
 	}
-	for _, o := range objs {
-		work <- o
-	}
-	close(work)
-	wg.Wait()
-	return !failed.Load()
+	return g.Wait() == nil
 }
 
-// reconcileBootstrapObject reconciles o, retrying conflicts; false when it
-// failed.
-func reconcileBootstrapObject(logger klog.Logger, o BootstrapObject) bool {
+// reconcileBootstrapObject reconciles o, retrying conflicts; the error is
+// logged.
+func reconcileBootstrapObject(logger klog.Logger, o BootstrapObject) error {
 	err := retry.OnError(retry.DefaultBackoff, isConflictOrServiceUnavailable, func() error {
 		op, protected, err := o.Reconcile()
 		switch {
@@ -207,9 +193,8 @@ func reconcileBootstrapObject(logger klog.Logger, o BootstrapObject) bool {
 	})
 	if err != nil {
 		logger.Error(err, "Reconciling bootstrap RBAC", "kind", o.Kind, "namespace", o.Namespace, "name", o.Name)
-		return false
 	}
-	return true
+	return err
 }
 
 // ensurePriorityClasses creates the system priority classes that do not
