@@ -16,13 +16,17 @@ import (
 // widgetV2Config is a fresh OpenAPI v2 config for the test routes; built
 // counts how often its definitions are asked for.
 func widgetV2Config(built *atomic.Int32) *openapicommon.Config {
-	v3 := widgetConfig()
 	return &openapicommon.Config{
-		Info: &spec.Info{InfoProps: spec.InfoProps{Title: "widgets", Version: "v0"}},
-		GetDefinitions: func(ref openapicommon.ReferenceCallback) map[string]openapicommon.OpenAPIDefinition {
-			built.Add(1)
-			return v3.GetDefinitions(ref)
-		},
+		Info:           &spec.Info{InfoProps: spec.InfoProps{Title: "widgets", Version: "v0"}},
+		GetDefinitions: countingDefinitions(widgetConfig().GetDefinitions, built),
+	}
+}
+
+// countingDefinitions is get, counting its calls in n.
+func countingDefinitions(get openapicommon.GetOpenAPIDefinitions, n *atomic.Int32) openapicommon.GetOpenAPIDefinitions {
+	return func(ref openapicommon.ReferenceCallback) map[string]openapicommon.OpenAPIDefinition {
+		n.Add(1)
+		return get(ref)
 	}
 }
 

@@ -164,11 +164,7 @@ func TestLazyOpenAPIV3Kept(t *testing.T) {
 	var builds atomic.Int32
 	serve := func(roots ...string) (*lazyOpenAPIV3, answer) {
 		config := widgetConfig()
-		defs := config.GetDefinitions
-		config.GetDefinitions = func(ref openapicommon.ReferenceCallback) map[string]openapicommon.OpenAPIDefinition {
-			builds.Add(1)
-			return defs(ref)
-		}
+		config.GetDefinitions = countingDefinitions(config.GetDefinitions, &builds)
 		var services []*restful.WebService
 		for _, root := range roots {
 			services = append(services, widgetService(root))
