@@ -22,8 +22,8 @@ import (
 	remote "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/edgeplane/edgeplane/internal/testcontainerd"
-	"github.com/edgeplane/edgeplane/internal/testimage"
+	"github.com/edgeplane/edgeplane/internal/testing/testcontainerd"
+	"github.com/edgeplane/edgeplane/internal/testing/testimage"
 	"github.com/edgeplane/edgeplane/pkg/airgap"
 )
 

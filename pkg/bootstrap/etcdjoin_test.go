@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgeplane/edgeplane/internal/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 	"github.com/edgeplane/edgeplane/pkg/join"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgeplane/edgeplane/internal/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 )
 
 func TestEnsureErrorsOnExistingPKI(t *testing.T) {

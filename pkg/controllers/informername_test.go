@@ -13,7 +13,7 @@ import (
 	cmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	cmoptions "k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
 
-	"github.com/edgeplane/edgeplane/internal/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 )
 
 // TestUpstreamInformerNameLeak is the canary of releaseLeakedInformerName's

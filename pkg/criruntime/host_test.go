@@ -10,7 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/edgeplane/edgeplane/internal/testcontainerd"
+	"github.com/edgeplane/edgeplane/internal/testing/testcontainerd"
 )
 
 // TestDetectContainerd asks a real containerd (a private one) about itself.

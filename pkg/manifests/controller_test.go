@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/edgeplane/edgeplane/internal/testapiserver"
+	"github.com/edgeplane/edgeplane/internal/testing/testapiserver"
 )
 
 // waitFor polls cond every 50 ms for up to 30 s.

@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/edgeplane/edgeplane/internal/testapiserver"
+	"github.com/edgeplane/edgeplane/internal/testing/testapiserver"
 )
 
 const testNode = "node-a"

@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	"github.com/edgeplane/edgeplane/internal/testapiserver"
+	"github.com/edgeplane/edgeplane/internal/testing/testapiserver"
 )
 
 func node(name string, ready bool, addrs ...corev1.NodeAddress) *corev1.Node {

@@ -26,8 +26,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	fakecri "k8s.io/cri-client/pkg/fake"
 
-	"github.com/edgeplane/edgeplane/internal/testenv"
-	"github.com/edgeplane/edgeplane/internal/testimage"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testimage"
 )
 
 // agentProc is one `edgeplane agent` process.

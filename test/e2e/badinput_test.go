@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgeplane/edgeplane/internal/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 )
 
 // TestBadInput checks that each kind of bad input stops the server with a

@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/edgeplane/edgeplane/internal/testcontainerd"
-	"github.com/edgeplane/edgeplane/internal/testimage"
+	"github.com/edgeplane/edgeplane/internal/testing/testcontainerd"
+	"github.com/edgeplane/edgeplane/internal/testing/testimage"
 )
 
 // The two-node cluster harness: a bridge on the host, and two network
@@ -73,7 +73,7 @@ func buildInClusterClient(t *testing.T) string {
 			return
 		}
 		inClusterPath = filepath.Join(dir, "incluster")
-		cmd := exec.Command("go", "build", "-ldflags=-s -w", "-o", inClusterPath, "../../internal/testimage/incluster")
+		cmd := exec.Command("go", "build", "-ldflags=-s -w", "-o", inClusterPath, "../../internal/testing/testimage/incluster")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			inClusterErr = fmt.Errorf("build the in-cluster client: %v\n%s", err, out)
@@ -86,7 +86,7 @@ func buildInClusterClient(t *testing.T) string {
 }
 
 // coreDNS is the CoreDNS test image, its binary built once per run from
-// the separate internal/testimage/coredns module.
+// the separate internal/testing/testimage/coredns module.
 var (
 	coreDNSOnce sync.Once
 	coreDNSImg  testimage.Image

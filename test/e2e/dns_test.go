@@ -11,12 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/edgeplane/edgeplane/internal/testimage"
+	"github.com/edgeplane/edgeplane/internal/testing/testimage"
 )
 
 // TestClusterDNS: the server applies the packaged CoreDNS manifest with
 // --coredns-image taken from the airgap directory (a CoreDNS built from its
-// Go module by internal/testimage), the CoreDNS pod gets Ready, a pod's
+// Go module by internal/testing/testimage), the CoreDNS pod gets Ready, a pod's
 // resolv.conf names the kube-dns address (the tenth of the service CIDR),
 // and CoreDNS answers for Services by name.
 //

@@ -12,7 +12,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"github.com/edgeplane/edgeplane/internal/procfs"
-	"github.com/edgeplane/edgeplane/internal/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 )
 
 // Idle-write budget for the CI window. The default target is under 1 MB an

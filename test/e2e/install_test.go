@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgeplane/edgeplane/internal/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 )
 
 const (

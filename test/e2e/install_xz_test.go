@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edgeplane/edgeplane/internal/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 )
 
 // TestInstallScriptXZ installs from a release folder as hack/dist.sh lays

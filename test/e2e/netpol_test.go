@@ -13,9 +13,9 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/edgeplane/edgeplane/internal/testcontainerd"
-	"github.com/edgeplane/edgeplane/internal/testenv"
-	"github.com/edgeplane/edgeplane/internal/testimage"
+	"github.com/edgeplane/edgeplane/internal/testing/testcontainerd"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testimage"
 )
 
 // netnsNode starts a server that is its own node inside a network namespace

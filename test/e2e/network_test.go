@@ -13,7 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/edgeplane/edgeplane/internal/testimage"
+	"github.com/edgeplane/edgeplane/internal/testing/testimage"
 )
 
 // TestClusterNetwork: on two nodes in their own network namespaces, with

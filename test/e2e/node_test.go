@@ -20,8 +20,8 @@ import (
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	cri "k8s.io/cri-client/pkg"
 
-	"github.com/edgeplane/edgeplane/internal/testcontainerd"
-	"github.com/edgeplane/edgeplane/internal/testimage"
+	"github.com/edgeplane/edgeplane/internal/testing/testcontainerd"
+	"github.com/edgeplane/edgeplane/internal/testing/testimage"
 )
 
 // nodeServer starts a server that is its own node on a private containerd,

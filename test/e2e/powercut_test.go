@@ -17,12 +17,12 @@ import (
 	"go.yaml.in/yaml/v3"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/edgeplane/edgeplane/internal/powercut"
-	"github.com/edgeplane/edgeplane/internal/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/powercut"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 )
 
 // Power cuts (issue 31): the crash test's writers and ledger with edgeplane's
-// data dir on a FUSE filesystem (internal/powercut) that drops every byte not
+// data dir on a FUSE filesystem (internal/testing/powercut) that drops every byte not
 // fsynced when the power is cut. Each cycle SIGKILLs the server at a seeded
 // random moment, cuts, unmounts and remounts, and restarts on what the
 // "disk" kept: every acknowledged write must be there, and every file

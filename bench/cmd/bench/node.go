@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/edgeplane/edgeplane/internal/testcontainerd"
+	"github.com/edgeplane/edgeplane/internal/testing/testcontainerd"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"

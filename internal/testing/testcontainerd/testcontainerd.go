@@ -26,8 +26,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgeplane/edgeplane/internal/testenv"
-	"github.com/edgeplane/edgeplane/internal/testimage"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testimage"
 	"github.com/edgeplane/edgeplane/pkg/airgap"
 	"golang.org/x/sys/unix"
 )
@@ -290,7 +290,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 // "oomScoreAdj" in <bundle>/config.json to 0, then execs runc with the same
 // arguments. Real hosts run runc itself.
 const runcWrapper = `#!/bin/sh
-# edgeplane internal/testcontainerd: test harness only, see runcWrapper.
+# edgeplane internal/testing/testcontainerd: test harness only, see runcWrapper.
 bundle=""
 cmd=""
 prev=""

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgeplane/edgeplane/internal/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 

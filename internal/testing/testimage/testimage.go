@@ -208,7 +208,7 @@ func Build(img Image) (*Layout, error) {
 			"type":     "layers",
 			"diff_ids": []string{digestOf(layerTar)},
 		},
-		"history": []map[string]any{{"created": epoch.Format(time.RFC3339), "created_by": "edgeplane internal/testimage"}},
+		"history": []map[string]any{{"created": epoch.Format(time.RFC3339), "created_by": "edgeplane internal/testing/testimage"}},
 	}
 	configJSON, err := json.Marshal(config)
 	if err != nil {

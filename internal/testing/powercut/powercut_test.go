@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgeplane/edgeplane/internal/atomicfile"
-	"github.com/edgeplane/edgeplane/internal/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 )
 
 // mountForTest mounts a fresh backing directory; the mount is undone at cleanup.

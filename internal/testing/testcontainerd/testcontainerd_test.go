@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgeplane/edgeplane/internal/testcontainerd"
+	"github.com/edgeplane/edgeplane/internal/testing/testcontainerd"
 	"k8s.io/apimachinery/pkg/util/wait"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"

@@ -1,4 +1,4 @@
-module github.com/edgeplane/edgeplane/internal/testimage/coredns
+module github.com/edgeplane/edgeplane/internal/testing/testimage/coredns
 
 go 1.26.0
 

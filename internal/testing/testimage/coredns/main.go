@@ -2,7 +2,7 @@
 // github.com/coredns/coredns module with only the plugins the packaged
 // Corefile uses, so the binary stays small and builds fast. It lives in its
 // own Go module so that edgeplane's go.mod does not take CoreDNS's
-// dependency tree. internal/testimage builds it and wraps it in an image.
+// dependency tree. internal/testing/testimage builds it and wraps it in an image.
 package main
 
 import (

@@ -15,7 +15,7 @@ import (
 const DefaultCoreDNSName = "docker.io/edgeplane/coredns:test"
 
 // CoreDNSModuleDir is the directory of the CoreDNS test module (a Go module
-// of its own, internal/testimage/coredns, so that edgeplane's go.mod does
+// of its own, internal/testing/testimage/coredns, so that edgeplane's go.mod does
 // not take CoreDNS's dependencies).
 func CoreDNSModuleDir() (string, error) {
 	_, file, _, ok := runtime.Caller(0)
