@@ -74,11 +74,11 @@ func newCrashLedger(writers, objects int) *crashLedger {
 
 // crashCycle counts one write-and-kill cycle.
 type crashCycle struct {
-	acked   int
-	unknown int // requests in flight at the kill (outcome unknown)
-	failed  int // requests that failed before the kill with an unknown outcome (crashMaxFailedBeforeKill)
-	minWriter      int           // fewest writes one writer got acknowledged
-	ran            time.Duration // from the first acknowledged write to the kill
+	acked     int
+	unknown   int           // requests in flight at the kill (outcome unknown)
+	failed    int           // requests that failed before the kill with an unknown outcome (crashMaxFailedBeforeKill)
+	minWriter int           // fewest writes one writer got acknowledged
+	ran       time.Duration // from the first acknowledged write to the kill
 }
 
 // crashFloorWait is how long past run the kill waits for the floors of
