@@ -14,15 +14,21 @@ import (
 
 // TestNetworkPolicyAcrossNodes: on the two-node cluster (flannel vxlan and
 // kube-proxy on both nodes, and both kubelets with the product's per-QoS
-// cgroups), a web pod on the server node and two clients on the agent
-// node. Every path to the web pod answers first: by pod IP across the
-// vxlan, by its ClusterIP from the clients, and by its NodePort from the
-// host at either node's address. A policy that denies all ingress to the
-// web pod closes every one of those paths; a policy that then allows
-// ingress from one client opens its pod-IP and ClusterIP paths across the
-// nodes and nothing else: the other client and the NodePorts (whose traffic
-// comes from the host, or from the agent node's own address once it is
-// masqueraded there) stay denied.
+// cgroups), a web pod and a client (np-near) on the server node, and two
+// clients on the agent node. Every path to the web pod answers first: by
+// pod IP (across the vxlan from the agent's clients, over the bridge from
+// np-near), by its ClusterIP from each client, and by its NodePort from
+// the host at either node's address. A policy that denies all ingress to
+// the web pod closes every one of those paths; a policy that then allows
+// ingress from one client on the agent opens its pod-IP and ClusterIP paths
+// across the nodes and nothing else: the other clients and the NodePorts
+// (whose traffic comes from the host, or from the agent node's own address
+// once it is masqueraded there) stay denied.
+//
+// The ClusterIP of a pod on another node is translated on the client's
+// node, so the web pod's node sees the pod IP; np-near's ClusterIP and the
+// server node's NodePort are translated on the web pod's own node, where
+// the policy must match the translated address.
 func TestNetworkPolicyAcrossNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two containerds, a server node and an agent node in network namespaces")
@@ -33,6 +39,7 @@ func TestNetworkPolicyAcrossNodes(t *testing.T) {
 	webIP := c.runPod(t, "np-web", c.ServerNode, webScript("np-web"), nil)
 	c.runPod(t, "np-client", c.AgentNode, "exec sleep 3600", nil)
 	c.runPod(t, "np-other", c.AgentNode, "exec sleep 3600", nil)
+	c.runPod(t, "np-near", c.ServerNode, "exec sleep 3600", nil)
 
 	t.Run("pods run in per-QoS cgroups under their node's root", func(t *testing.T) {
 		for pod, ns := range map[string]string{"np-web": c.ServerNS, "np-client": c.AgentNS} {
@@ -56,6 +63,8 @@ func TestNetworkPolicyAcrossNodes(t *testing.T) {
 		{"np-client to the ClusterIP", "np-client", "http://" + svcIP + ":80/"},
 		{"np-other to the pod IP (vxlan)", "np-other", "http://" + webIP + ":8080/"},
 		{"np-other to the ClusterIP", "np-other", "http://" + svcIP + ":80/"},
+		{"np-near to the pod IP (bridge)", "np-near", "http://" + webIP + ":8080/"},
+		{"np-near to the ClusterIP (translated on the web pod's node)", "np-near", "http://" + svcIP + ":80/"},
 		{"host to the server node's NodePort", "", fmt.Sprintf("http://%s:%d/", c.ServerIP, port)},
 		{"host to the agent node's NodePort", "", fmt.Sprintf("http://%s:%d/", c.AgentIP, port)},
 	}
