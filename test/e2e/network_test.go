@@ -120,7 +120,7 @@ func TestClusterNetwork(t *testing.T) {
 		localIP := clusterIP(t, c, "web-local")
 		c.eventuallyFetch(t, "web-a", "http://"+localIP+":80/", "web-s")
 		// The agent node has no local backend: upstream drops the traffic.
-		// A few tries, so that one lost answer does not pass for a drop.
+		// Three tries: a path that answers now and then fails the test too.
 		agentURL := fmt.Sprintf("http://%s:%d/", c.AgentIP, port)
 		for try := 1; try <= 3; try++ {
 			if body, err := hostGet(context.Background(), agentURL); err == nil {
