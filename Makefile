@@ -87,6 +87,16 @@ RELIABILITY_RUN ?= TestCrash|TestPowerCut|TestSoak|TestDiskFault|TestEtcdFault|T
 reliability:
 	EDGEPLANE_RELIABILITY_FULL=1 go test -count=1 -v -timeout 180m -run '$(RELIABILITY_RUN)' ./test/e2e/
 
+# The upstream [Conformance] suite on a two-node cluster (docs/CONFORMANCE.md):
+# builds e2e.test and the images into a cache (CONFORMANCE_DIR), then runs the
+# parallel and [Serial] specs under the host's e2e lock and prints the table.
+# About an hour per datastore on 2 cores; not part of make test.
+# CONFORMANCE_DATASTORE=etcd runs on embedded etcd; CONFORMANCE_FOCUS=REGEXP
+# runs the specs it matches.
+.PHONY: conformance
+conformance:
+	./hack/conformance.sh
+
 # Why the linker keeps methods edgeplane never calls: the chain from main to
 # each function that looks a method up by a computed name (docs/PERFORMANCE.md,
 # "Binary size"). Exits 1 while there is one.

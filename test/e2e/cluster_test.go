@@ -40,6 +40,11 @@ type twoNodeOptions struct {
 	// not a product default: kubelets of other tests on the host would
 	// take pod cgroups under a shared /kubepods for orphans and kill them.
 	PerQoSCgroups bool
+	// RegistryConfigDir, when set, is called with the host's address on the
+	// nodes' bridge before the nodes' containerds start and returns their
+	// registry configuration directory (testcontainerd.Options): a test's
+	// registry mirror listens there.
+	RegistryConfigDir func(t *testing.T, hostIP string) string
 }
 
 // kubeletArgs are a node's kubelet flags of opts (ns: the node's network
@@ -198,8 +203,12 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 
 	// Before containerd: the cgroup roots are removed after the pods are.
 	serverKubelet, agentKubelet := opts.kubeletArgs(t, c.ServerNS), opts.kubeletArgs(t, c.AgentNS)
-	c.ServerCtrd = testcontainerd.Start(t, testcontainerd.Options{Netns: c.ServerNS})
-	c.AgentCtrd = testcontainerd.Start(t, testcontainerd.Options{Netns: c.AgentNS})
+	var registries string
+	if opts.RegistryConfigDir != nil {
+		registries = opts.RegistryConfigDir(t, c.HostIP)
+	}
+	c.ServerCtrd = testcontainerd.Start(t, testcontainerd.Options{Netns: c.ServerNS, RegistryConfigDir: registries})
+	c.AgentCtrd = testcontainerd.Start(t, testcontainerd.Options{Netns: c.AgentNS, RegistryConfigDir: registries})
 
 	dataDir := agentDataDir(t) // short: the kubelet's sockets live below it
 	clusterImages(t, filepath.Join(dataDir, "agent", "images"))

@@ -56,6 +56,10 @@ type Options struct {
 	// network namespace changes (nsenter --net): containerd stays in the
 	// host's mount namespace, where the kubelet's volume mounts are.
 	Netns string
+	// RegistryConfigDir is the CRI plugin's registry config_path: a
+	// directory of <registry host>/hosts.toml files (mirrors, say); empty
+	// means none.
+	RegistryConfigDir string
 }
 
 // Containerd is a running private containerd.
@@ -77,6 +81,8 @@ type Containerd struct {
 	// Snapshotter is the snapshotter CRI uses (overlayfs, or native where
 	// overlay cannot work).
 	Snapshotter string
+	// RegistryConfigDir is Options.RegistryConfigDir.
+	RegistryConfigDir string
 
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -137,6 +143,8 @@ func Launch(dir, short string, opts Options) (*Containerd, error) {
 		BusyboxImage: testimage.DefaultBusyboxName,
 		exited:       make(chan struct{}),
 		log:          &syncBuffer{},
+
+		RegistryConfigDir: opts.RegistryConfigDir,
 	}
 	c.Endpoint = "unix://" + c.Socket
 	if c.CNIConfDir == "" {
@@ -280,6 +288,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     conf_dir = %q
 `, c.Root, c.State, c.Socket, c.Socket+".ttrpc", filepath.Join(c.Root, "opt"), c.PauseImage, c.Snapshotter,
 		wrapper, c.CNIBinDir, c.CNIConfDir)
+	if c.RegistryConfigDir != "" {
+		fmt.Fprintf(&b, `  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %q
+`, c.RegistryConfigDir)
+	}
 	return b.String()
 }
 

@@ -41,6 +41,10 @@ var ByDesign = map[string]string{
 	// and the NetworkPolicy tests run the same paths in make test).
 	"net-figures": "measures the cluster network figures of docs/NETWORKING.md: two two-node clusters and two idle minutes; " +
 		"runs with EDGEPLANE_NET_FIGURES=1 (make bench-network)",
+	// make conformance: the upstream [Conformance] suite, about an hour per
+	// datastore (docs/CONFORMANCE.md).
+	"conformance": "runs the upstream [Conformance] suite on a two-node cluster, about an hour; " +
+		"runs with EDGEPLANE_CONFORMANCE_DIR set to a built cache (make conformance)",
 }
 
 // CI reports whether the tests run in CI, where a missing precondition is a
