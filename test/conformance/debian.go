@@ -134,5 +134,19 @@ func (d *Debian) Rootfs(ctx context.Context, pkgs ...string) (*Rootfs, error) {
 			return nil, fmt.Errorf("dpkg-deb --fsys-tarfile %s: %v: %s", deb, err, stderr.String())
 		}
 	}
+	for _, a := range alternatives {
+		if r.Has(a.target) && !r.Has(a.link) {
+			r.Symlink(a.link, "/"+a.target)
+		}
+	}
 	return r, nil
+}
+
+// alternatives are the links the packages' maintainer scripts make
+// (update-alternatives, dash's /bin/sh), which an unpacked package lacks.
+var alternatives = []struct{ link, target string }{
+	{"bin/nc", "bin/nc.openbsd"},
+	{"bin/netcat", "bin/nc.openbsd"},
+	{"usr/bin/awk", "usr/bin/mawk"},
+	{"bin/sh", "bin/dash"},
 }

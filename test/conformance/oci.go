@@ -268,6 +268,9 @@ func Write(dir string, img Image) (string, error) {
 	if err := f.Close(); err != nil {
 		return "", err
 	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return "", err
+	}
 	return out, os.Rename(f.Name(), out)
 }
 
