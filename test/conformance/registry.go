@@ -217,12 +217,15 @@ func (r *Registry) Serve(addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// MirrorHosts are the registries the images' names name.
-var MirrorHosts = []string{"registry.k8s.io", "docker.io"}
+// MirrorHosts are the registries the images' names name, and those of the
+// names some specs pull to see a pull fail: none of them is ever dialled.
+var MirrorHosts = []string{"registry.k8s.io", "docker.io", "gcr.io", "invalid.registry.k8s.io", "quay.io"}
 
 // WriteHostsDir writes a containerd registry configuration directory
 // (config_path: <dir>/<host>/hosts.toml) that sends pulls of every
 // MirrorHosts registry to the registry at address (host:port), plain HTTP.
+// The registry is each one's server too, so that a pull it cannot serve
+// fails there instead of going on to the real registry.
 func WriteHostsDir(dir, address string) error {
 	for _, h := range MirrorHosts {
 		d := filepath.Join(dir, h)
@@ -230,7 +233,7 @@ func WriteHostsDir(dir, address string) error {
 			return err
 		}
 		body := fmt.Sprintf("# edgeplane test/conformance: the local read-only registry of the built images.\n"+
-			"[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+address)
+			"server = %[1]q\n\n[host.%[1]q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+address)
 		if err := os.WriteFile(filepath.Join(d, "hosts.toml"), []byte(body), 0o644); err != nil {
 			return err
 		}

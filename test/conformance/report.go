@@ -79,6 +79,10 @@ func ParseJUnit(r io.Reader) (Result, error) {
 	for _, s := range doc.Suites {
 		res.Took += time.Duration(s.Time * float64(time.Second))
 		for _, c := range s.Cases {
+			// A spec's name starts with "[It] "; the other cases are the
+			// suite's own nodes ([SynchronizedBeforeSuite],
+			// [ReportAfterSuite] ...), which count only when they fail.
+			name, spec := strings.CutPrefix(c.Name, "[It] ")
 			switch {
 			case c.Failure != nil || c.Error != nil:
 				msg, typ := "", ""
@@ -94,18 +98,16 @@ func ParseJUnit(r io.Reader) (Result, error) {
 					}
 				}
 				res.Failed++
-				res.Failures = append(res.Failures, Failure{Spec: c.Name, Cause: cause(typ, msg)})
+				res.Failures = append(res.Failures, Failure{Spec: name, Cause: cause(typ, msg)})
+			case !spec:
 			case c.Skipped != nil || c.Status == "skipped" || c.Status == "pending":
 				// A spec the filter left out reads "skipped"; one that
 				// skipped itself says why.
 				if c.Skipped != nil && strings.TrimSpace(c.Skipped.Message) != "skipped" && c.Skipped.Message != "" {
 					res.Skipped++
-					res.SkipReasons = append(res.SkipReasons, Failure{Spec: c.Name, Cause: cause("", strings.TrimPrefix(c.Skipped.Message, "skipped - "))})
+					res.SkipReasons = append(res.SkipReasons, Failure{Spec: name, Cause: cause("", strings.TrimPrefix(c.Skipped.Message, "skipped - "))})
 				}
 			default:
-				if strings.HasPrefix(c.Name, "[") && strings.HasSuffix(c.Name, "]") && !strings.Contains(c.Name, " ") {
-					continue // a passing suite node ([SynchronizedBeforeSuite]), not a spec
-				}
 				res.Passed++
 			}
 		}
