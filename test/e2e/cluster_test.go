@@ -73,6 +73,9 @@ type twoNodeCluster struct {
 	agentArgs []string
 }
 
+// serviceCIDR is the servers' default Service range.
+const serviceCIDR = "10.43.0.0/16"
+
 // clusterNet numbers the test ranges of one test process (10.204.N.0/24).
 var (
 	clusterNetMu   sync.Mutex
@@ -199,6 +202,16 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		ipCmd(t, "-n", side.ns, "addr", "add", side.ip+"/24", "dev", "eth0")
 		ipCmd(t, "-n", side.ns, "link", "set", "eth0", "up")
 		ipCmd(t, "-n", side.ns, "link", "set", "lo", "up")
+		// A host's default route makes a ClusterIP routable before
+		// kube-proxy's DNAT picks the endpoint: without one, the node's
+		// own processes (the API server dialling an aggregated API or a
+		// webhook Service) get "network is unreachable". These namespaces
+		// have no default route (nothing of a test leaves the host), so the
+		// service range gets a route into a dummy link: what is not
+		// translated to an endpoint ends there.
+		ipCmd(t, "-n", side.ns, "link", "add", "svc0", "type", "dummy")
+		ipCmd(t, "-n", side.ns, "link", "set", "svc0", "up")
+		ipCmd(t, "-n", side.ns, "route", "add", serviceCIDR, "dev", "svc0")
 	}
 
 	// Before containerd: the cgroup roots are removed after the pods are.
