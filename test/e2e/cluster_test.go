@@ -207,11 +207,9 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		// own processes (the API server dialling an aggregated API or a
 		// webhook Service) get "network is unreachable". These namespaces
 		// have no default route (nothing of a test leaves the host), so the
-		// service range gets a route into a dummy link: what is not
-		// translated to an endpoint ends there.
-		ipCmd(t, "-n", side.ns, "link", "add", "svc0", "type", "dummy")
-		ipCmd(t, "-n", side.ns, "link", "set", "svc0", "up")
-		ipCmd(t, "-n", side.ns, "route", "add", serviceCIDR, "dev", "svc0")
+		// Service range gets a route into loopback: what is translated to
+		// an endpoint is routed again to it, the rest is dropped there.
+		ipCmd(t, "-n", side.ns, "route", "add", serviceCIDR, "dev", "lo")
 	}
 
 	// Before containerd: the cgroup roots are removed after the pods are.
