@@ -214,7 +214,8 @@ func TestNodeTrustE2E(t *testing.T) {
 			corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.99.2.2"},
 			corev1.NodeAddress{Type: corev1.NodeHostName, Address: "kubernetes.default.svc.cluster.local"},
 			corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "10.43.0.1"},
-			corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: endpoint})
+			corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: endpoint},
+			corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "127.0.0.1"})
 		for _, tc := range []struct {
 			name string
 			san  string
