@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,8 +19,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2/ktesting"
+	kubeletbootstrap "k8s.io/kubernetes/pkg/kubelet/certificate/bootstrap"
 
 	"github.com/edgeplane/edgeplane/internal/testing/testapiserver"
 	"github.com/edgeplane/edgeplane/pkg/controllers"
@@ -243,6 +247,43 @@ func TestNodeTokenRequestsAgainstAPIServer(t *testing.T) {
 			t.Fatalf("both or neither approved: %s %+v, %s %+v", a.Name, a.Status.Conditions, b.Name, b.Status.Conditions)
 		}
 		expectRecord(t, "edge-race", key(winner), "token "+tok.ID)
+	})
+	t.Run("a stock kubelet's TLS bootstrap (kubeadm join)", func(t *testing.T) {
+		// Upstream's kubelet code: it makes a key for its first request,
+		// and after its certificate is lost (or expired: rotation
+		// changes its key) bootstraps with another.
+		dir := t.TempDir()
+		bootstrapKubeconfig := filepath.Join(dir, "bootstrap-kubelet.conf")
+		kc := clientcmdapi.NewConfig()
+		kc.Clusters["c"] = &clientcmdapi.Cluster{Server: adminCfg.Host, CertificateAuthorityData: adminCfg.CAData, CertificateAuthority: adminCfg.CAFile}
+		kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: tok.BootstrapToken()}
+		kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+		kc.CurrentContext = "c"
+		if err := clientcmd.WriteToFile(*kc, bootstrapKubeconfig); err != nil {
+			t.Fatal(err)
+		}
+		kubeconfig, certDir := filepath.Join(dir, "kubelet.conf"), filepath.Join(dir, "pki")
+		if err := kubeletbootstrap.LoadClientCert(ctx, kubeconfig, bootstrapKubeconfig, certDir, "kubeadm-node"); err != nil {
+			t.Fatalf("the kubelet's first bootstrap: %v", err)
+		}
+		if _, ok, err := nodeidentity.Get(ctx, admin, "kubeadm-node"); !ok || err != nil {
+			t.Fatalf("no record after the kubelet's first bootstrap: %v, %v", ok, err)
+		}
+		// A restart with its certificate bootstraps nothing.
+		if err := kubeletbootstrap.LoadClientCert(ctx, kubeconfig, bootstrapKubeconfig, certDir, "kubeadm-node"); err != nil {
+			t.Fatalf("the kubelet's restart: %v", err)
+		}
+		if err := os.RemoveAll(certDir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(kubeconfig); err != nil {
+			t.Fatal(err)
+		}
+		err := kubeletbootstrap.LoadClientCert(ctx, kubeconfig, bootstrapKubeconfig, certDir, "kubeadm-node")
+		if err == nil || !strings.Contains(err.Error(), ReasonIdentityMismatch) || !strings.Contains(err.Error(), "edgeplane node forget kubeadm-node") {
+			t.Fatalf("the kubelet bootstrapping again with a new key: %v, want denied, saying to forget the node", err)
+		}
+		t.Logf("the kubelet's second bootstrap: %v", err)
 	})
 	t.Run("forgetting a node lets another key in", func(t *testing.T) {
 		if existed, err := nodeidentity.Forget(ctx, admin, "edge-new"); err != nil || !existed {
