@@ -153,7 +153,7 @@ func TestDecideClient(t *testing.T) {
 		{name: "enrollment without system:nodes: nothing", requester: "system:node:edge-a", groups: []string{"system:authenticated"}, label: true,
 			req: nodeReq(key, "edge-a"), state: NodeState{NodeCreated: created}, kind: EnrollRequest, want: Leave},
 		{name: "enrollment of a malformed request: nothing", requester: "system:node:edge-a", groups: []string{"system:nodes"}, label: true,
-			req: x509With(t, key, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:edge-a", Organization: []string{"system:masters"}}}),
+			req:   x509With(t, key, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:edge-a", Organization: []string{"system:masters"}}}),
 			state: NodeState{NodeCreated: created}, kind: EnrollRequest, want: Leave},
 		{name: "enrollment without a Node (forgotten): nothing", requester: "system:node:edge-a", groups: []string{"system:nodes"}, label: true,
 			req: nodeReq(key, "edge-a"), kind: EnrollRequest, want: Leave, said: []string{"does not exist"}},

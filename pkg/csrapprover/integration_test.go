@@ -12,6 +12,8 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/testing/testapiserver"
 	"github.com/edgeplane/edgeplane/pkg/controllers"
+	"github.com/edgeplane/edgeplane/pkg/nodeidentity"
 )
 
 // TestApproverAgainstAPIServer runs the approver against a real API server
@@ -90,6 +93,21 @@ func TestApproverAgainstAPIServer(t *testing.T) {
 	}
 	if err := EnsureRBAC(ctx, admin, "system:kube-controller-manager"); err != nil {
 		t.Fatalf("EnsureRBAC again: %v", err)
+	}
+	// A widened role is narrowed back.
+	widened := ClusterRole()
+	widened.Rules = append(widened.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list"}})
+	if _, err := admin.RbacV1().ClusterRoles().Update(ctx, widened, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureRBAC(ctx, admin, "system:kube-controller-manager"); err != nil {
+		t.Fatal(err)
+	}
+	if cr, err := admin.RbacV1().ClusterRoles().Get(ctx, ClusterRoleName, metav1.GetOptions{}); err != nil || !equality.Semantic.DeepEqual(cr.Rules, ClusterRole().Rules) {
+		t.Fatalf("ClusterRole after EnsureRBAC: %+v, %v; want its rules narrowed back", cr, err)
+	}
+	if rb, err := admin.RbacV1().RoleBindings(nodeidentity.Namespace).Get(ctx, RecordsRoleName, metav1.GetOptions{}); err != nil || rb.Subjects[0].Name != "system:kube-controller-manager" {
+		t.Fatalf("RoleBinding %s: %+v, %v", RecordsRoleName, rb, err)
 	}
 	approverCfg, err := clientcmd.BuildConfigFromFlags("", pki.ControllerManagerKubeconfig)
 	if err != nil {

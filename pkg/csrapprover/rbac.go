@@ -3,11 +3,13 @@ package csrapprover
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -95,22 +97,28 @@ func EnsureRBAC(ctx context.Context, client kubernetes.Interface, userName strin
 	}{
 		{"ClusterRole " + role.Name, func(ctx context.Context) error {
 			return ensureObject(ctx, rbac.ClusterRoles().Get, rbac.ClusterRoles().Create, rbac.ClusterRoles().Update, nil, role,
-				nil, func(cur *rbacv1.ClusterRole) { cur.Rules, cur.Labels = role.Rules, role.Labels })
+				nil, func(cur *rbacv1.ClusterRole) bool {
+					return anyOf(set(&cur.Rules, role.Rules), set(&cur.Labels, role.Labels))
+				})
 		}},
 		{"ClusterRoleBinding " + binding.Name, func(ctx context.Context) error {
 			return ensureObject(ctx, rbac.ClusterRoleBindings().Get, rbac.ClusterRoleBindings().Create, rbac.ClusterRoleBindings().Update, rbac.ClusterRoleBindings().Delete, binding,
 				func(cur *rbacv1.ClusterRoleBinding) bool { return cur.RoleRef != binding.RoleRef },
-				func(cur *rbacv1.ClusterRoleBinding) { cur.Subjects, cur.Labels = binding.Subjects, binding.Labels })
+				func(cur *rbacv1.ClusterRoleBinding) bool {
+					return anyOf(set(&cur.Subjects, binding.Subjects), set(&cur.Labels, binding.Labels))
+				})
 		}},
 		{"Role " + ns + "/" + records.Name, func(ctx context.Context) error {
 			return ensureObject(ctx, rbac.Roles(ns).Get, rbac.Roles(ns).Create, rbac.Roles(ns).Update, nil, records,
-				nil, func(cur *rbacv1.Role) { cur.Rules, cur.Labels = records.Rules, records.Labels })
+				nil, func(cur *rbacv1.Role) bool {
+					return anyOf(set(&cur.Rules, records.Rules), set(&cur.Labels, records.Labels))
+				})
 		}},
 		{"RoleBinding " + ns + "/" + recordsBinding.Name, func(ctx context.Context) error {
 			return ensureObject(ctx, rbac.RoleBindings(ns).Get, rbac.RoleBindings(ns).Create, rbac.RoleBindings(ns).Update, rbac.RoleBindings(ns).Delete, recordsBinding,
 				func(cur *rbacv1.RoleBinding) bool { return cur.RoleRef != recordsBinding.RoleRef },
-				func(cur *rbacv1.RoleBinding) {
-					cur.Subjects, cur.Labels = recordsBinding.Subjects, recordsBinding.Labels
+				func(cur *rbacv1.RoleBinding) bool {
+					return anyOf(set(&cur.Subjects, recordsBinding.Subjects), set(&cur.Labels, recordsBinding.Labels))
 				})
 		}},
 	}
@@ -145,14 +153,26 @@ type (
 	deleteFunc        func(context.Context, string, metav1.DeleteOptions) error
 )
 
+// set assigns want to *cur and reports whether that changed it.
+func set[T any](cur *T, want T) bool {
+	changed := !equality.Semantic.DeepEqual(*cur, want)
+	*cur = want
+	return changed
+}
+
+// anyOf reports whether any of changed is true (every set is done
+// first, as arguments are).
+func anyOf(changed ...bool) bool { return slices.Contains(changed, true) }
+
 // named is an RBAC object (a pointer) with a name.
 type named interface{ GetName() string }
 
-// ensureObject creates want, or sets what fix sets on the current object.
+// ensureObject creates want, or sets what fix sets on the current object
+// and updates it when fix says that changed it.
 // When replace (nil for roles) says the current object cannot become want
 // by an update (a binding's role cannot change), it is deleted with del and
 // want created instead.
-func ensureObject[T named](ctx context.Context, get getFunc[T], create createFunc[T], update updateFunc[T], del deleteFunc, want T, replace func(T) bool, fix func(T)) error {
+func ensureObject[T named](ctx context.Context, get getFunc[T], create createFunc[T], update updateFunc[T], del deleteFunc, want T, replace func(T) bool, fix func(T) bool) error {
 	cur, err := get(ctx, want.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = create(ctx, want, metav1.CreateOptions{})
@@ -168,7 +188,9 @@ func ensureObject[T named](ctx context.Context, get getFunc[T], create createFun
 		_, err = create(ctx, want, metav1.CreateOptions{})
 		return err
 	}
-	fix(cur)
+	if !fix(cur) {
+		return nil
+	}
 	_, err = update(ctx, cur, metav1.UpdateOptions{})
 	return err
 }
