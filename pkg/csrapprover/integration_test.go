@@ -74,9 +74,14 @@ func TestApproverAgainstAPIServer(t *testing.T) {
 	createNode(t, ctx, admin, "edge-a", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.99.0.10"},
 		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "edge-a"})
 	createNode(t, ctx, admin, "edge-b", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.99.0.11"})
+	// The API server's own address is left out of the approver's
+	// options: it finds it in the kubernetes Service's EndpointSlice.
+	endpoint := apiServerEndpoint(t, ctx, admin)
+	// edge-evil reports the API server's names as its own addresses.
 	createNode(t, ctx, admin, "edge-evil", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.99.0.66"},
 		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "kubernetes.default.svc.cluster.local"},
-		corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "10.43.0.1"})
+		corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "10.43.0.1"},
+		corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: endpoint.String()})
 
 	// A request decided before the approver starts stays as it is.
 	predecided := createCSR(t, ctx, asNode("edge-a"), "predecided", request{cn: "system:node:edge-a", orgs: []string{"system:nodes"}, ips: []string{"10.99.0.10"}})
@@ -113,9 +118,6 @@ func TestApproverAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The API server's own address is left out of the options: the
-	// approver finds it in the kubernetes Service's EndpointSlice.
-	endpoint := apiServerEndpoint(t, ctx, admin)
 	const nodeWait = 8 * time.Second
 	c, err := New(kubernetes.NewForConfigOrDie(approverCfg), Options{NodeWait: nodeWait, APIServer: APIServer{
 		ClusterDomain: "cluster.local", ServiceIPs: []net.IP{net.ParseIP("10.43.0.1")},
