@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -146,7 +145,8 @@ func wantNodeConfigPrivileged(t *testing.T, client kubernetes.Interface, want bo
 // privileged pod runs, through the API as a static pod, and a namespace
 // that enforces Pod Security baseline refuses it. Restarted with
 // --allow-privileged=false, the API server refuses it with upstream's
-// message, and so does the kubelet for the static pod, which it stops.
+// message, and so does the kubelet for the static pod, which it stops; the
+// pod admitted before runs on.
 func TestPrivilegedPods(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs containerd, a server and its kubelet")
@@ -161,11 +161,11 @@ func TestPrivilegedPods(t *testing.T) {
 	// process share upstream's process-wide setting.
 	waitContainers(t, ctrd, "plain-static", 1)
 	waitContainers(t, ctrd, "priv-static", 1)
-	if _, err := s.client.CoreV1().Pods("default").Create(ctx, privilegedPod("priv", "default", "edge-1"), metav1.CreateOptions{}); err != nil {
+	if _, err := s.client.CoreV1().Pods("default").Create(ctx, privilegedPod("api-priv", "default", "edge-1"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create a privileged pod with the default --allow-privileged: %v", err)
 	}
-	waitPodRunning(t, s.client, "default", "priv")
-	wantPrivileged(t, s, "priv")
+	waitPodRunning(t, s.client, "default", "api-priv")
+	wantPrivileged(t, s, "api-priv")
 	waitPodRunning(t, s.client, "default", "priv-static-edge-1") // its mirror pod
 	wantNodeConfigPrivileged(t, s.client, true)
 
@@ -174,21 +174,24 @@ func TestPrivilegedPods(t *testing.T) {
 	if _, err := s.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	wantCreateRefused(t, s.client, privilegedPod("priv", "baseline", "edge-1"), privilegedBaseline)
+	wantCreateRefused(t, s.client, privilegedPod("api-priv", "baseline", "edge-1"), privilegedBaseline)
 
 	// Refused with --allow-privileged=false.
-	if err := s.client.CoreV1().Pods("default").Delete(ctx, "priv", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	before := criContainers(t, ctrd, "api") // api-priv's
+	if len(before) != 1 {
+		t.Fatalf("containerd runs %d containers of pod api-priv, want 1", len(before))
 	}
-	eventually(t, 2*time.Minute, "pod priv deleted", func(ctx context.Context) (bool, error) {
-		_, err := s.client.CoreV1().Pods("default").Get(ctx, "priv", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), err
-	})
 	s.stop()
 	s = startServer(t, s.dataDir, append(nodeArgs, "--allow-privileged=false")...)
 	waitNodeReady(t, s, "edge-1")
-	wantCreateRefused(t, s.client, privilegedPod("priv", "default", "edge-1"), "spec.containers[0]."+privilegedRefused)
+	wantCreateRefused(t, s.client, privilegedPod("api-priv2", "default", "edge-1"), "spec.containers[0]."+privilegedRefused)
 	wantNodeConfigPrivileged(t, s.client, false)
+	// A pod the API server admitted before keeps running, as upstream's
+	// kubelet leaves pods from the API server to its checks.
+	waitPodRunning(t, s.client, "default", "api-priv")
+	if after := criContainers(t, ctrd, "api"); !sameContainers(before, after) {
+		t.Errorf("pod api-priv's containers changed across the restart: before %v, after %v", ids(before), ids(after))
+	}
 	// The kubelet refuses the static pod, bypassing the API server, and
 	// stops the container it ran before; the other static pod runs on.
 	waitContainers(t, ctrd, "priv-static", 0)
@@ -223,5 +226,5 @@ func TestPrivilegedPodsAgent(t *testing.T) {
 	if got := criContainers(t, c.AgentCtrd, "priv-static"); len(got) != 0 {
 		t.Fatalf("the agent runs %d containers of the privileged static pod", len(got))
 	}
-	wantCreateRefused(t, c.Server.client, privilegedPod("priv", "default", c.AgentNode), "spec.containers[0]."+privilegedRefused)
+	wantCreateRefused(t, c.Server.client, privilegedPod("api-priv", "default", c.AgentNode), "spec.containers[0]."+privilegedRefused)
 }
