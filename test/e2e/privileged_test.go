@@ -89,6 +89,24 @@ func waitContainers(t *testing.T, ctrd *testcontainerd.Containerd, prefix string
 	})
 }
 
+// waitManifestRefused waits until the kubelet whose log is output refuses
+// the static pod manifest <name>.yaml as privileged: its file source logs
+// "Could not process manifest file" with the validation error, and never
+// runs the pod. (A kubelet that ran it would log the same validation error
+// for the mirror pod, which the API server refuses: not that line.)
+func waitManifestRefused(t *testing.T, output *syncBuffer, ctrd *testcontainerd.Containerd, name string) {
+	t.Helper()
+	eventually(t, time.Minute, "the kubelet's refusal of "+name+".yaml in its log", func(context.Context) (bool, error) {
+		for _, line := range strings.Split(output.String(), "\n") {
+			if strings.Contains(line, "Could not process manifest file") && strings.Contains(line, privilegedRefused) &&
+				strings.Contains(line, "/"+name+".yaml") {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("not logged; containerd has %d containers of %s", len(criContainers(t, ctrd, name)), name)
+	})
+}
+
 // waitPodRunning waits until the pod runs.
 func waitPodRunning(t *testing.T, client kubernetes.Interface, namespace, name string) {
 	t.Helper()
@@ -195,9 +213,7 @@ func TestPrivilegedPods(t *testing.T) {
 	// The kubelet refuses the static pod, bypassing the API server, and
 	// stops the container it ran before; the other static pod runs on.
 	waitContainers(t, ctrd, "priv-static", 0)
-	eventually(t, time.Minute, "the kubelet's refusal in the log", func(context.Context) (bool, error) {
-		return strings.Contains(s.output.String(), privilegedRefused), nil
-	})
+	waitManifestRefused(t, s.output, ctrd, "priv-static")
 	waitContainers(t, ctrd, "plain-static", 1)
 	waitPodRunning(t, s.client, "default", "plain-static-edge-1")
 }
@@ -220,9 +236,7 @@ func TestPrivilegedPodsAgent(t *testing.T) {
 	wantNodeConfigPrivileged(t, c.Server.client, false)
 	waitContainers(t, c.AgentCtrd, "plain-static", 1)
 	waitPodRunning(t, c.Server.client, "default", "plain-static-"+c.AgentNode)
-	eventually(t, time.Minute, "the agent kubelet's refusal in its log", func(context.Context) (bool, error) {
-		return strings.Contains(c.Agent.output.String(), privilegedRefused), nil
-	})
+	waitManifestRefused(t, c.Agent.output, c.AgentCtrd, "priv-static")
 	if got := criContainers(t, c.AgentCtrd, "priv-static"); len(got) != 0 {
 		t.Fatalf("the agent runs %d containers of the privileged static pod", len(got))
 	}
