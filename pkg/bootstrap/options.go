@@ -113,7 +113,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", o.AllocateNodeCIDRs, "Give each Node a pod CIDR from --cluster-cidr (nodes need one for the pod network).")
 	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, fmt.Sprintf("Most open connections to the API port; new ones are closed at once while this many are open (0: the profile's, %d default, %d small).", defaultMaxConnections, smallMaxConnections))
 	fs.StringVar(&o.Profile, "profile", o.Profile, "Resource profile: "+strings.Join(profiles, ", ")+". small is for 512 MB-1 GB boards (less memory; no OpenAPI v2 document); auto picks small on hosts with 1.5 GiB of memory or less.")
-	fs.BoolVar(&o.AllowPrivileged, "allow-privileged", o.AllowPrivileged, "Run pods with privileged containers (CNI, device plugins, access to GPIO or USB), as k3s and kubeadm do; false refuses them in the API server and in every node's kubelet (static pods too). Pod Security admission restricts them per namespace: label it pod-security.kubernetes.io/enforce=baseline (docs/NODES.md).")
+	fs.BoolVar(&o.AllowPrivileged, "allow-privileged", o.AllowPrivileged, "Run pods with privileged containers (CNI, device plugins, access to GPIO or USB), as k3s and kubeadm do; false refuses them in the API server and in the kubelet of every edgeplane node (static pods). Pod Security admission restricts them per namespace: label it pod-security.kubernetes.io/enforce=baseline (docs/NODES.md).")
 	o.Day2.AddFlags(fs)
 	o.Cluster.AddFlags(fs)
 	o.Node.AddFlags(fs)
