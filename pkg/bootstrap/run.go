@@ -115,6 +115,7 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 		return nil, err
 	}
 	s.pki = pki
+	logKubeletTrust(ctx, pki)
 	if o.WriteKubeconfig != "" {
 		s.kubeconfig = &kubeconfigCopy{src: pki.AdminKubeconfig, dst: o.WriteKubeconfig, mode: o.KubeconfigMode}
 	}
@@ -299,7 +300,7 @@ func chainFiles(p *certs.PKI) chain.Files {
 	return chain.Files{
 		ServingCert:          p.APIServerServing.Cert,
 		ServingKey:           p.APIServerServing.Key,
-		ClusterCA:            p.ServerCA.Cert,
+		KubeletCA:            p.KubeletServingCABundle,
 		ClientCA:             p.ClientCA.Cert,
 		FrontProxyCA:         p.FrontProxyCA.Cert,
 		FrontProxyClientCert: p.FrontProxyClient.Cert,

@@ -76,7 +76,7 @@ func TestDay2Operations(t *testing.T) {
 						t.Errorf("no line for %s:\n%s", name, out)
 					}
 				}
-				wantText(t, out, "All 12 certificates are valid for more than 30d")
+				wantText(t, out, "All 13 certificates are valid for more than 30d")
 				wantText(t, out, "kubernetes.default.svc.cluster.local") // SANs
 				// Leaves live a year, CAs ten: a 400-day horizon flags the leaves only.
 				out = cli(t, 1, "certs", "check", "--data-dir", dir, "--warn-within", "400d")
