@@ -71,7 +71,7 @@ func TestDay2Operations(t *testing.T) {
 
 			t.Run("certs check", func(t *testing.T) {
 				out := cli(t, 0, "certs", "check", "--data-dir", dir)
-				for _, name := range []string{"server-ca", "etcd-ca", "apiserver", "etcd-server", "admin", "controller-manager", "scheduler"} {
+				for _, name := range []string{"server-ca", "kubelet-serving-ca", "etcd-ca", "apiserver", "etcd-server", "admin", "controller-manager", "scheduler"} {
 					if !regexp.MustCompile(`(?m)^` + name + `\s+CN=`).MatchString(out) {
 						t.Errorf("no line for %s:\n%s", name, out)
 					}
