@@ -115,7 +115,6 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 		return nil, err
 	}
 	s.pki = pki
-	logKubeletTrust(ctx, pki)
 	if o.WriteKubeconfig != "" {
 		s.kubeconfig = &kubeconfigCopy{src: pki.AdminKubeconfig, dst: o.WriteKubeconfig, mode: o.KubeconfigMode}
 	}
@@ -124,6 +123,10 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	if err := s.startDatastore(ctx, o, shared, etcdJoin); err != nil {
 		return nil, err
 	}
+	if err := s.shareKubeletCA(ctx, o, port, shared, etcdJoin); err != nil {
+		return nil, err
+	}
+	logKubeletTrust(ctx, s.pki)
 	wear.Register(filepath.Join(o.DataDir, "db"))
 	storage := s.store.Client()
 	day2, err := prepareDay2(ctx, o)

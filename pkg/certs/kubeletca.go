@@ -3,6 +3,7 @@ package certs
 import (
 	"bytes"
 	"crypto/x509"
+	"fmt"
 	"time"
 )
 
@@ -71,4 +72,33 @@ func (p *planner) planKubeletBundle(path string, serverCA, kubeletCA *caState, s
 	}
 	p.group(fileOp{path: path, data: want, mode: certMode, why: why, created: have == nil})
 	return end, nil
+}
+
+// ReplaceKubeletServingCA puts certPEM and keyPEM, the kubelet-serving CA
+// the other servers of the cluster use, in place of this data dir's, which
+// Ensure created at this start and nothing has used yet. The write is
+// journaled as a new CA's is: a crash in the middle leaves no CA, which the
+// next Ensure creates again, and the next start replaces again. Run Ensure
+// after it for the bundle.
+func ReplaceKubeletServingCA(p *PKI, certPEM, keyPEM []byte) error {
+	kp := p.KubeletServingCA
+	cert, err := parseCertPEM(kp.Cert, certPEM)
+	if err != nil {
+		return err
+	}
+	key, err := parseKeyPEM(kp.Key, keyPEM)
+	if err != nil {
+		return err
+	}
+	if err := checkMatch(kp, cert, key); err != nil {
+		return err
+	}
+	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return fmt.Errorf("tls: the cluster's kubelet-serving CA %s is not a CA certificate", cert.Subject)
+	}
+	why := "the cluster's kubelet-serving CA"
+	return applyGroup([]fileOp{
+		{path: kp.Key, data: keyPEM, mode: keyMode, why: why, created: true},
+		{path: kp.Cert, data: certPEM, mode: certMode, why: why, created: true},
+	})
 }
