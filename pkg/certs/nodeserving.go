@@ -184,12 +184,17 @@ func DropForeignKubeletServing(ctx context.Context, certDir string, caPEM []byte
 	if err != nil {
 		return false, fmt.Errorf("tls: cannot resolve %s: %v", current, causeOf(err))
 	}
-	for _, path := range []string{current, target} {
-		if filepath.Dir(path) != filepath.Clean(certDir) {
-			continue // not the kubelet's own file: leave it
-		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return false, fmt.Errorf("tls: cannot remove %s: %v", path, causeOf(err))
+	dir, err := filepath.EvalSymlinks(certDir)
+	if err != nil {
+		return false, fmt.Errorf("tls: cannot resolve %s: %v", certDir, causeOf(err))
+	}
+	if err := os.Remove(current); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("tls: cannot remove %s: %v", current, causeOf(err))
+	}
+	// The file it pointed to, when it is the kubelet's own.
+	if target != current && filepath.Dir(target) == dir {
+		if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("tls: cannot remove %s: %v", target, causeOf(err))
 		}
 	}
 	if err := syncDir(certDir); err != nil {
