@@ -100,7 +100,7 @@ func TestKubeletServingUpgrade(t *testing.T) {
 		waitServingFrom(t, s, node, serverCAPEM, "the server CA")
 	}
 	if out, err := s.kubectl("run", "upg", "--image="+testimage.DefaultBusyboxName, "--labels=app=upg", "--restart=Never",
-		"--overrides", `{"spec":{"nodeName":"edge-1"}}`, "--", "sh", "-c", "echo up on edge-1; exec sleep 3600"); err != nil {
+		"--overrides", `{"spec":{"nodeName":"edge-1"}}`, "--command", "--", "sh", "-c", "echo up on edge-1; exec sleep 3600"); err != nil {
 		t.Fatalf("kubectl run: %v\n%s", err, out)
 	}
 	runningPods(t, s, "upg", 1)
