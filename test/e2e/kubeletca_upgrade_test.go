@@ -159,6 +159,9 @@ func waitServingFrom(t *testing.T, s *server, node string, caPEM []byte, what st
 	ip, port := kubeletEndpoint(t, s, node)
 	eventually(t, 2*time.Minute, node+"'s kubelet serving a certificate from "+what, func(ctx context.Context) (bool, error) {
 		c, err := presentedCert(ctx, net.JoinHostPort(ip, strconv.Itoa(port)))
+		if ctx.Err() != nil {
+			return false, nil // keep the last real error for the report
+		}
 		if err != nil {
 			return false, err
 		}
@@ -195,6 +198,9 @@ func wantKubeletProxy(t *testing.T, s *server, node, refusal string) {
 	t.Helper()
 	eventually(t, time.Minute, node+"'s kubelet through the API server", func(ctx context.Context) (bool, error) {
 		body, err := s.client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/" + node + "/proxy/healthz").DoRaw(ctx)
+		if ctx.Err() != nil {
+			return false, nil // keep the last real error for the report
+		}
 		if refusal == "" {
 			return err == nil && string(body) == "ok", fmt.Errorf("%v: %s", err, body)
 		}
