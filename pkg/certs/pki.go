@@ -39,7 +39,7 @@ type PKI struct {
 	// KubeletServingCABundle is what the API server verifies kubelets with
 	// (--kubelet-certificate-authority): KubeletServingCA, plus ServerCA
 	// during the transition of a data dir from before KubeletServingCA
-	// (see kubeletTrust). Ensure rewrites it.
+	// (see kubeletTrustEnd). Ensure rewrites it.
 	KubeletServingCABundle string
 	// KubeletServerCATrustedUntil is when the transition ends: until then
 	// the bundle also holds ServerCA. Zero when it never does (a cluster
