@@ -42,6 +42,9 @@ type nodeServerOptions struct {
 	// IP itself would not do: the in-process controllers' kubeconfigs name
 	// 127.0.0.1 (pkg/certs).
 	apiOnNodeIP bool
+	// bin is the edgeplane binary to run (an older build); empty: the one
+	// TestMain built.
+	bin string
 }
 
 func nodeServerWith(t *testing.T, o nodeServerOptions, args ...string) (*server, *testcontainerd.Containerd, []string) {
@@ -63,7 +66,11 @@ func nodeServerWith(t *testing.T, o nodeServerOptions, args ...string) (*server,
 		nodeArgs = append(nodeArgs, "--bind-address", "0.0.0.0", "--advertise-address", nodeIP)
 	}
 	nodeArgs = append(nodeArgs, args...)
-	s := startServer(t, dataDir, nodeArgs...)
+	cmd := command(dataDir, nodeArgs...)
+	if o.bin != "" {
+		cmd.Path, cmd.Args[0] = o.bin, o.bin
+	}
+	s := startServerCmd(t, dataDir, cmd)
 	waitNodeReady(t, s, "edge-1")
 	return s, ctrd, nodeArgs
 }
