@@ -65,6 +65,7 @@ begin=$(date +%s)
 status=0
 EDGEPLANE_CONFORMANCE_DIR=$dir EDGEPLANE_CONFORMANCE_DATASTORE=$datastore \
 	EDGEPLANE_CONFORMANCE_FOCUS=${CONFORMANCE_FOCUS:-} EDGEPLANE_CONFORMANCE_PHASES=${CONFORMANCE_PHASES:-} \
+	EDGEPLANE_CONFORMANCE_SHARED_NODE_IP=${CONFORMANCE_SHARED_NODE_IP:-} \
 	flock /tmp/edgeplane-e2e.lock "$dir/edgeplane-e2e.test" -test.run '^TestConformance$' -test.v -test.timeout 6h || status=$?
 echo "conformance: $datastore run took $(( ($(date +%s) - begin) / 60 )) min, exit $status"
 exit "$status"

@@ -25,6 +25,15 @@ import (
 // it); EDGEPLANE_CONFORMANCE_DATASTORE is sqlite (default) or etcd;
 // EDGEPLANE_CONFORMANCE_FOCUS narrows the run to the specs it matches;
 // EDGEPLANE_CONFORMANCE_PHASES is "parallel,serial" (default) or one of them.
+//
+// The server's node has an address of its own, not the API server's
+// advertise address: the node approver denies a serving certificate
+// whose SANs name the advertise address even to the server's own node
+// (csrapprover SANNamesAPIServer), and without one the API server cannot
+// reach that kubelet (exec, logs and port-forward of its pods fail with
+// "remote error: tls: internal error"). EDGEPLANE_CONFORMANCE_SHARED_NODE_IP=1
+// runs the server's node on the advertise address, as a one-address host
+// runs it.
 func TestConformance(t *testing.T) {
 	dir := os.Getenv("EDGEPLANE_CONFORMANCE_DIR")
 	if dir == "" {
@@ -54,8 +63,9 @@ func TestConformance(t *testing.T) {
 	}
 	begin := time.Now()
 	c := startTwoNodeCluster(t, twoNodeOptions{
-		ServerArgs:    []string{"--datastore", datastore},
-		PerQoSCgroups: true,
+		ServerArgs:      []string{"--datastore", datastore},
+		PerQoSCgroups:   true,
+		ServerNodeOwnIP: os.Getenv("EDGEPLANE_CONFORMANCE_SHARED_NODE_IP") != "1",
 		RegistryConfigDir: func(t *testing.T, hostIP string) string {
 			l, err := reg.Serve(hostIP + ":0")
 			if err != nil {
