@@ -35,8 +35,8 @@ func (o CompletedOptions) controllerOptions(pki *certs.PKI) controllers.Options 
 
 // startControllers starts the controller-manager and the scheduler, unless
 // disabled, once the API server is ready. Neither needs the other, so they
-// start together (the scheduler used to wait ~0.1 s behind the
-// controller-manager's ~0.5-1 s). Started after the chain, they are stopped
+// start together (started in turn, the scheduler would wait ~0.1 s behind
+// the controller-manager's ~0.5-1 s). Started after the chain, they are stopped
 // before it, the scheduler first.
 func (s *server) startControllers(ctx context.Context, o CompletedOptions) error {
 	opts := o.controllerOptions(s.pki)

@@ -143,8 +143,8 @@ func schedulerOptions(o *Options) (*schedoptions.Options, error) {
 // have their defaults only in NodeLifecycleControllerOptions.AddFlags, so
 // options built in Go leave them 0. With an eviction rate of 0 the controller
 // never adds the NoExecute taint to a node that stopped reporting (only the
-// NoSchedule one), and the pods of a dead node were never evicted (found by
-// bench/cmd/nodes -kill). Registering those flags on a throwaway flag set
+// NoSchedule one), so the pods of a dead node are never evicted (bench/cmd/nodes
+// -kill shows it). Registering those flags on a throwaway flag set
 // writes the defaults into the struct, whatever upstream makes them.
 // TestNodeLifecycleFlagDefaultsDebt fails once upstream defaults the struct.
 func nodeLifecycleFlagDefaults(s *cmoptions.KubeControllerManagerOptions) {
