@@ -74,7 +74,8 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 	// approves, not to have started first: it starts with them (it took
 	// 0.1 s of a warm restart after them).
 	if !o.Disabled[componentControllerManager] {
-		start = append(start, &approver{adminKubeconfig: s.pki.AdminKubeconfig, kubeconfig: s.pki.ControllerManagerKubeconfig})
+		start = append(start, &approver{adminKubeconfig: s.pki.AdminKubeconfig, kubeconfig: s.pki.ControllerManagerKubeconfig,
+			apiServer: o.approverAPIServer()})
 	}
 	if err := s.mgr.StartTogether(ctx, stopTimeout, start...); err != nil {
 		return err
