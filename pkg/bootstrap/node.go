@@ -59,6 +59,7 @@ func (o CompletedOptions) nodeSettings() nodeconfig.Config {
 		ClusterDomain: o.ClusterDomain, ClusterDNS: []net.IP{o.ClusterDNS},
 		ClusterCIDR: o.ClusterCIDR, FlannelBackend: o.Network.FlannelBackend, KubeProxyMode: o.Network.KubeProxyMode,
 		NodeLeaseDuration: nodeconfig.LeaseDuration(o.NodeHeartbeat),
+		AllowPrivileged:   o.AllowPrivileged,
 	}
 }
 

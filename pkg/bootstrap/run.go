@@ -227,6 +227,7 @@ func (s *server) chainConfig(o CompletedOptions, listener net.Listener, day2 cha
 		ServiceCIDR:        o.ServiceCIDR,
 		ClusterDomain:      o.ClusterDomain,
 		SharedDatastore:    o.sharedDatastore(),
+		AllowPrivileged:    o.AllowPrivileged,
 		StateDir:           filepath.Join(o.DataDir, "config"),
 		CompactionInterval: o.CompactionInterval,
 		Tuning:             o.Profile.Chain,

@@ -57,6 +57,11 @@ type Config struct {
 	SharedDatastore bool
 	// Day2 holds secrets encryption and audit logging (optional).
 	Day2 Day2
+	// AllowPrivileged admits pods with privileged containers (upstream's
+	// --allow-privileged; false refuses them, upstream's default). It is
+	// process-wide (k8s.io/kubernetes/pkg/capabilities): a kubelet in the
+	// same process has the same setting.
+	AllowPrivileged bool
 	// CompactionInterval is how often the API server compacts the datastore
 	// (0 turns compaction off).
 	CompactionInterval time.Duration

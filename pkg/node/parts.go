@@ -54,6 +54,7 @@ func (c Config) KubeletOptions(p Paths, cluster Cluster) kubelet.Options {
 		InServer:        c.InServer,
 
 		NodeLeaseDuration: cluster.NodeLeaseDuration,
+		AllowPrivileged:   cluster.AllowPrivileged,
 	}
 	if c.Runtime != nil {
 		o.RuntimeEndpoint = c.Runtime.Endpoint

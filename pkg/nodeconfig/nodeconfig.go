@@ -1,8 +1,8 @@
 // Package nodeconfig is what a server tells joining nodes about the cluster
 // beyond cluster-info: the CA of the clients allowed to call a kubelet (the
-// API server's kubelet client certificate chains to it) and the cluster DNS
-// settings. It lives in the ConfigMap kube-system/edgeplane-node-config,
-// readable by nodes and by bootstrap tokens, nothing else: an agent reads it
+// API server's kubelet client certificate chains to it), the cluster DNS
+// settings and whether nodes run privileged containers. It lives in the
+// ConfigMap kube-system/edgeplane-node-config, readable by nodes and by bootstrap tokens, nothing else: an agent reads it
 // with its bootstrap token over a connection already pinned to the cluster
 // CA, before its kubelet starts.
 package nodeconfig
@@ -38,6 +38,7 @@ const (
 	keyFlannel       = "flannel-backend"
 	keyKubeProxy     = "kube-proxy-mode"
 	keyLease         = "node-lease-duration"
+	keyPrivileged    = "allow-privileged"
 )
 
 // Config is the cluster's settings for nodes.
@@ -60,6 +61,11 @@ type Config struct {
 	// (LeaseDuration of the server's --node-heartbeat); 0: the kubelet's
 	// default. Published in whole seconds.
 	NodeLeaseDuration time.Duration
+	// AllowPrivileged is the server's --allow-privileged: whether the
+	// kubelets run privileged containers (a static pod's never reach the
+	// API server's check). A server that published none (older than the
+	// flag) refused them, as upstream's API server does by default: false.
+	AllowPrivileged bool
 }
 
 // Publish creates or updates the ConfigMap and its reader Role and binding.
@@ -73,6 +79,7 @@ func Publish(ctx context.Context, client kubernetes.Interface, c Config) error {
 			keyClusterCIDR:   c.ClusterCIDR,
 			keyFlannel:       c.FlannelBackend,
 			keyKubeProxy:     c.KubeProxyMode,
+			keyPrivileged:    strconv.FormatBool(c.AllowPrivileged),
 		},
 	}
 	if c.NodeLeaseDuration > 0 {
@@ -145,6 +152,13 @@ func Fetch(ctx context.Context, client kubernetes.Interface) (Config, error) {
 	}
 	if len(c.ClientCA) == 0 {
 		return Config{}, errors.New("nodeconfig: the server published no client CA: upgrade the server")
+	}
+	if s := cm.Data[keyPrivileged]; s != "" {
+		allow, err := strconv.ParseBool(s)
+		if err != nil {
+			return Config{}, fmt.Errorf("nodeconfig: %s/%s key %s: %q is not true or false", Namespace, Name, keyPrivileged, s)
+		}
+		c.AllowPrivileged = allow
 	}
 	if s := cm.Data[keyLease]; s != "" {
 		secs, err := strconv.Atoi(s)

@@ -48,6 +48,67 @@ func TestPublishFetch(t *testing.T) {
 	}
 }
 
+// TestAllowPrivileged: the setting goes through the ConfigMap both ways; a
+// ConfigMap without it (a server older than --allow-privileged, whose API
+// server refused privileged containers) reads as false; a bad value is an
+// error naming the key.
+func TestAllowPrivileged(t *testing.T) {
+	tests := []struct {
+		name    string
+		publish *bool  // nil: publish nothing, edit the ConfigMap instead
+		edit    string // the key's value; "-": remove the key
+		want    bool
+		wantErr string
+	}{
+		{name: "allowed", publish: ptr(true), want: true},
+		{name: "refused", publish: ptr(false), want: false},
+		{name: "an older server published none", edit: "-", want: false},
+		{name: "not a boolean", edit: "yes please", wantErr: `key allow-privileged: "yes please" is not true or false`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := fake.NewClientset()
+			in := Config{ClientCA: []byte("ca")}
+			if tt.publish != nil {
+				in.AllowPrivileged = *tt.publish
+			}
+			if err := Publish(ctx, client, in); err != nil {
+				t.Fatal(err)
+			}
+			if tt.publish == nil {
+				cm, err := client.CoreV1().ConfigMaps(Namespace).Get(ctx, Name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tt.edit == "-" {
+					delete(cm.Data, keyPrivileged)
+				} else {
+					cm.Data[keyPrivileged] = tt.edit
+				}
+				if _, err := client.CoreV1().ConfigMaps(Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := Fetch(ctx, client)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Fetch: %v, want an error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.AllowPrivileged != tt.want {
+				t.Errorf("AllowPrivileged = %v, want %v", out.AllowPrivileged, tt.want)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
 func TestFetchBadLease(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset()
