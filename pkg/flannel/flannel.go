@@ -298,10 +298,16 @@ func (f *Flannel) up(ctx context.Context) error {
 	f.setMTU(bn.MTU(), nil)
 	f.MarkReady()
 
-	f.wg.Go(func() { bn.Run(ctx) })
-	// CompleteLease runs until ctx ends (the kube manager only waits).
+	// The backend carries the traffic until ctx ends; CompleteLease
+	// marks the Node's network available and returns.
+	backendDone := make(chan struct{})
+	f.wg.Go(func() { defer close(backendDone); bn.Run(ctx) })
 	if err := sm.CompleteLease(ctx, lease, &f.wg); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("flannel: lease: %w", err)
+	}
+	<-backendDone
+	if ctx.Err() == nil {
+		return fmt.Errorf("flannel: the %s backend stopped", f.cfg.Backend)
 	}
 	return nil
 }

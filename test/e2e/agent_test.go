@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +36,23 @@ type agentProc struct {
 	output *syncBuffer
 	exited chan struct{}
 	err    error
+	// endExpected: the test stopped or killed it, or waits for it to fail.
+	endExpected atomic.Bool
+}
+
+// mustKeepRunning fails t, when it ends, if the agent exited without the
+// test asking it to or waiting for it to (a part of its node ended).
+func (a *agentProc) mustKeepRunning(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		select {
+		case <-a.exited:
+			if !a.endExpected.Load() {
+				t.Errorf("the agent exited during the test without being asked to (%v):\n%s", a.err, tail(a.output.String()))
+			}
+		default:
+		}
+	})
 }
 
 func startAgent(t *testing.T, args ...string) *agentProc {
@@ -76,6 +94,7 @@ func agentDataDir(t *testing.T) string {
 // stop sends SIGTERM and expects a clean exit within a minute.
 func (a *agentProc) stop(t *testing.T) {
 	t.Helper()
+	a.endExpected.Store(true)
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-a.exited:
@@ -88,6 +107,7 @@ func (a *agentProc) stop(t *testing.T) {
 }
 
 func (a *agentProc) kill() {
+	a.endExpected.Store(true)
 	select {
 	case <-a.exited:
 	default:
@@ -99,6 +119,7 @@ func (a *agentProc) kill() {
 // waitExit waits for the agent to end by itself and returns its output.
 func (a *agentProc) waitExit(t *testing.T, within time.Duration) string {
 	t.Helper()
+	a.endExpected.Store(true)
 	select {
 	case <-a.exited:
 	case <-time.After(within):

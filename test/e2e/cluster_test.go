@@ -231,6 +231,7 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 	}, agentKubelet...)
 	c.agentArgs = append(c.agentArgs, opts.AgentArgs...)
 	c.Agent = startAgentCmd(t, nsenterCmd(c.AgentNS, c.agentArgs...))
+	c.Server.mustKeepRunning(t)
 
 	waitNodeReady(t, c.Server, c.ServerNode)
 	waitNodeReady(t, c.Server, c.AgentNode)
@@ -285,6 +286,7 @@ func startAgentCmd(t *testing.T, cmd *exec.Cmd) *agentProc {
 			t.Logf("agent output:\n%s", tail(a.output.String()))
 		}
 	})
+	a.mustKeepRunning(t) // after the kill above is registered: runs before it
 	return a
 }
 

@@ -64,6 +64,7 @@ func nodeServerWith(t *testing.T, o nodeServerOptions, args ...string) (*server,
 	}
 	nodeArgs = append(nodeArgs, args...)
 	s := startServer(t, dataDir, nodeArgs...)
+	s.mustKeepRunning(t)
 	waitNodeReady(t, s, "edge-1")
 	return s, ctrd, nodeArgs
 }
