@@ -30,6 +30,7 @@ func (o CompletedOptions) controllerOptions(pki *certs.PKI) controllers.Options 
 		Lean:        o.Profile.LeanControllers,
 
 		NodeMonitorGracePeriod: nodeconfig.MonitorGracePeriod(o.NodeHeartbeat),
+		LeafValidity:           o.Day2.LeafValidity,
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -39,6 +40,9 @@ func (s *server) publishNodeConfig(ctx context.Context, o CompletedOptions) erro
 	}
 	nc := o.nodeSettings()
 	nc.ClientCA = ca
+	if nc.KubeletServingCA, err = readFile(s.pki.KubeletServingCA.Cert); err != nil {
+		return err
+	}
 	if err := kubeclient.Retry(ctx, "publishing the node settings", startupRetry, func(ctx context.Context) error {
 		return nodeconfig.Publish(ctx, client, nc)
 	}); err != nil {
@@ -92,12 +96,23 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 	if err != nil {
 		return err
 	}
+	// The node's address, as its kubelet reports it and its serving
+	// certificate names it: --node-ip, else the host's primary address
+	// (what the kubelet would pick), given to the kubelet explicitly.
+	settings := o.Node
+	if len(settings.IPs) == 0 {
+		ip, err := utilnet.ChooseHostInterface()
+		if err != nil {
+			return fmt.Errorf("no --node-ip given and no host address found (%v): pass --node-ip", err)
+		}
+		settings.IPs = []net.IP{ip}
+	}
 	n, err := node.New(node.Config{
-		Settings: o.Node,
+		Settings: settings,
 		Dir:      filepath.Join(o.DataDir, node.DirName),
 		Runtime:  rt,
 		Credentials: &node.LocalCA{
-			PKI: s.pki, Server: localServerURL(o.BindAddress, port), Admin: admin,
+			PKI: s.pki, Server: localServerURL(o.BindAddress, port), Admin: admin, IPs: settings.IPs,
 			Settings: o.nodeSettings(), Network: o.Network,
 		},
 		Disabled: o.Disabled,

@@ -22,7 +22,7 @@ import (
 // Files are the PKI files the chain serves and authenticates with.
 type Files struct {
 	ServingCert, ServingKey string // the apiserver's serving pair, signed by the cluster CA
-	ClusterCA               string // verifies kubelet serving certs
+	KubeletCA               string // verifies kubelet serving certs: the kubelet-serving CA bundle
 	ClientCA                string // verifies client certificates (admin, controllers, kubelets)
 	FrontProxyCA            string // verifies the request-header (aggregation) proxy client
 	FrontProxyClientCert    string
@@ -100,6 +100,8 @@ func (c *Config) validate() error {
 	for name, path := range map[string]string{
 		"serving cert": c.Files.ServingCert, "serving key": c.Files.ServingKey,
 		"client CA": c.Files.ClientCA, "front-proxy CA": c.Files.FrontProxyCA,
+		// Without it the API server would not verify kubelets at all.
+		"kubelet CA":          c.Files.KubeletCA,
 		"service-account key": c.Files.ServiceAccountKey, "service-account public key": c.Files.ServiceAccountPub,
 	} {
 		if path == "" {

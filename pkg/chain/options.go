@@ -72,7 +72,7 @@ func buildOptions(c *Config, authnConfigFile string) (*options.ServerRunOptions,
 	s.ServiceClusterIPRanges = c.ServiceCIDR.String()
 	s.KubeletConfig.TLSClientConfig.CertFile = c.Files.KubeletClientCert
 	s.KubeletConfig.TLSClientConfig.KeyFile = c.Files.KubeletClientKey
-	s.KubeletConfig.TLSClientConfig.CAFile = c.Files.ClusterCA
+	s.KubeletConfig.TLSClientConfig.CAFile = c.Files.KubeletCA
 	// Dial kubelets by address first: node names need not resolve (an edge
 	// LAN rarely has DNS for its boards), and the kubelet's serving
 	// certificate holds its addresses.

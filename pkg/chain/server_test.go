@@ -156,7 +156,7 @@ func (e *chainEnv) newServer(t *testing.T, stateDir string, adjust ...func(*Conf
 		StateDir: stateDir,
 		Files: Files{
 			ServingCert: p.APIServerServing.Cert, ServingKey: p.APIServerServing.Key,
-			ClusterCA: p.ServerCA.Cert, ClientCA: p.ClientCA.Cert, FrontProxyCA: p.FrontProxyCA.Cert,
+			KubeletCA: p.KubeletServingCABundle, ClientCA: p.ClientCA.Cert, FrontProxyCA: p.FrontProxyCA.Cert,
 			FrontProxyClientCert: p.FrontProxyClient.Cert, FrontProxyClientKey: p.FrontProxyClient.Key,
 			KubeletClientCert: p.APIServerKubeletClient.Cert, KubeletClientKey: p.APIServerKubeletClient.Key,
 			ServiceAccountKey: p.ServiceAccountKey, ServiceAccountPub: p.ServiceAccountPub,

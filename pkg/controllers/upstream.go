@@ -10,6 +10,8 @@ import (
 	schedoptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	signerconfig "k8s.io/kubernetes/pkg/controller/certificates/signer/config"
 	"k8s.io/kubernetes/pkg/controller/nodeipam/ipam"
+
+	"github.com/edgeplane/edgeplane/pkg/certs"
 )
 
 // Lease names in kube-system: the upstream ones, which the bootstrap RBAC
@@ -93,15 +95,19 @@ func controllerManagerOptions(o *Options) (*cmoptions.KubeControllerManagerOptio
 	}
 
 	// CSR signing, one CA per signer. Client certificates must chain to the CA
-	// the API server trusts for client auth; kubelet serving certificates to the
-	// cluster CA that clients already trust for serving. Upstream silently skips
-	// csrsigning when no signer files are set. legacy-unknown stays unsigned.
+	// the API server trusts for client auth; kubelet serving certificates to
+	// the kubelet-serving CA, which only the API server trusts (never the
+	// cluster CA that clients trust for the API server: a node could then
+	// pose as it). Upstream silently skips csrsigning when no signer files
+	// are set. legacy-unknown stays unsigned. The signing duration is the one
+	// pkg/certs bases the kubelet-serving transition on.
 	client := signerconfig.CSRSigningConfiguration{CertFile: pki.ClientCA.Cert, KeyFile: pki.ClientCA.Key}
 	s.CSRSigningController.KubeletClientSignerConfiguration = client
 	s.CSRSigningController.KubeAPIServerClientSignerConfiguration = client
 	s.CSRSigningController.KubeletServingSignerConfiguration = signerconfig.CSRSigningConfiguration{
-		CertFile: pki.ServerCA.Cert, KeyFile: pki.ServerCA.Key,
+		CertFile: pki.KubeletServingCA.Cert, KeyFile: pki.KubeletServingCA.Key,
 	}
+	s.CSRSigningController.ClusterSigningDuration.Duration = certs.SigningDuration(o.LeafValidity)
 
 	// Service accounts: legacy token secrets are signed with our key, and the
 	// cluster CA is published as kube-root-ca.crt in every namespace.

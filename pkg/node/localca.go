@@ -3,8 +3,10 @@ package node
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -17,11 +19,16 @@ import (
 // LocalCA is a server's own node's credentials: its client certificate is
 // minted from the server's client CA in this process (no token, no CSR),
 // and its name is bound to its identity key before its kubelet starts, so
-// that no node token can take it.
+// that no node token can take it. Its serving certificate is minted too,
+// from the kubelet-serving CA, and renewed while it runs: the node's
+// addresses are the API server's, which the approver refuses in any CSR.
 type LocalCA struct {
 	PKI *certs.PKI
 	// Server is how the node reaches the API: this process's listener.
 	Server string
+	// IPs are the node's addresses, as its kubelet reports them
+	// (--node-ip): its serving certificate names them and the node name.
+	IPs []net.IP
 	// Admin binds the node's identity record.
 	Admin kubernetes.Interface
 	// Settings are the cluster's settings for nodes (the server's own).
@@ -51,7 +58,22 @@ func (l *LocalCA) Ensure(ctx context.Context, node string, p Paths) (Cluster, er
 	if err := markIdentityBound(p, id.fingerprint); err != nil {
 		return Cluster{}, err
 	}
-	return Cluster{Config: l.Settings, ClientCAFile: l.PKI.ClientCA.Cert, Network: l.Network}, nil
+	var dns []string
+	if len(validation.IsDNS1123Subdomain(node)) == 0 {
+		dns = []string{node}
+	}
+	mint := func(ctx context.Context) (string, string, error) {
+		return certs.EnsureNodeServing(ctx, l.PKI, node, dns, l.IPs, p.CertDir)
+	}
+	certFile, keyFile, err := mint(ctx)
+	if err != nil {
+		return Cluster{}, err
+	}
+	return Cluster{
+		Config: l.Settings, ClientCAFile: l.PKI.ClientCA.Cert, Network: l.Network,
+		ServingCertFile: certFile, ServingKeyFile: keyFile,
+		RenewServing: func(ctx context.Context) error { _, _, err := mint(ctx); return err },
+	}, nil
 }
 
 // bindOwn binds node's name to id, or fails when it is bound to another

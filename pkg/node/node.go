@@ -32,6 +32,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/internal/kubeclient"
+	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
 	"github.com/edgeplane/edgeplane/pkg/netpol"
@@ -69,6 +70,9 @@ type Cluster struct {
 	// certificate, minted by the server for its own node; empty: the
 	// kubelet asks for one (a kubelet-serving CSR) and rotates it.
 	ServingCertFile, ServingKeyFile string
+	// RenewServing renews the files above when they are due (the kubelet
+	// reloads them); nil with no files.
+	RenewServing func(context.Context) error
 }
 
 // Node is a running node: a component (Start, Ready, Stop) and an Ender.
@@ -150,9 +154,21 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 	if err != nil {
 		return nil, err
 	}
+	if cluster.ServingCertFile == "" && len(cluster.KubeletServingCA) > 0 {
+		// A serving certificate from before the kubelet-serving CA (the
+		// cluster CA signed it): the kubelet asks for a new one at once.
+		if dropped, err := certs.DropForeignKubeletServing(ctx, p.CertDir, cluster.KubeletServingCA); err != nil {
+			return nil, err
+		} else if dropped {
+			klog.FromContext(ctx).Info("Dropped the kubelet's serving certificate from another CA: the kubelet asks for one from the kubelet-serving CA")
+		}
+	}
 	parts := []component.Component{
 		&Images{Dir: p.Images, RuntimeEndpoint: n.cfg.Runtime.Endpoint, Pinned: []string{s.PauseImage}},
 		k,
+	}
+	if cluster.RenewServing != nil {
+		parts = append(parts, &servingRenewer{renew: cluster.RenewServing})
 	}
 	network, err := networkComponents(ctx, s, p, cluster.Network, cluster.ClusterCIDR)
 	if err != nil {

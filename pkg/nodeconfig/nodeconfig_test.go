@@ -153,3 +153,37 @@ func TestDefaultHeartbeatIsUpstreams(t *testing.T) {
 		t.Errorf("MonitorGracePeriod(DefaultHeartbeat) = %s, upstream's --node-monitor-grace-period is 50s", got)
 	}
 }
+
+// TestKubeletServingCA: the kubelet-serving CA a server publishes reaches
+// nodes under its own key, and a server from before it publishes none.
+func TestKubeletServingCA(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		ca   string
+	}{
+		{"published", "-----BEGIN CERTIFICATE-----\nkubelet-serving\n-----END CERTIFICATE-----\n"},
+		{"a server from before it", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := fake.NewClientset()
+			if err := Publish(ctx, client, Config{ClientCA: []byte("client"), KubeletServingCA: []byte(tt.ca)}); err != nil {
+				t.Fatal(err)
+			}
+			cm, err := client.CoreV1().ConfigMaps(Namespace).Get(ctx, Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := cm.Data["kubelet-serving-ca.crt"]; got != tt.ca || ok != (tt.ca != "") {
+				t.Errorf("kubelet-serving-ca.crt = %q (present %v), want %q", got, ok, tt.ca)
+			}
+			out, err := Fetch(ctx, client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(out.KubeletServingCA) != tt.ca || string(out.ClientCA) != "client" {
+				t.Errorf("Fetch: kubelet-serving CA %q, client CA %q; want %q, %q", out.KubeletServingCA, out.ClientCA, tt.ca, "client")
+			}
+		})
+	}
+}

@@ -40,6 +40,9 @@ type twoNodeOptions struct {
 	// not a product default: kubelets of other tests on the host would
 	// take pod cgroups under a shared /kubepods for orphans and kill them.
 	PerQoSCgroups bool
+	// Bin runs another edgeplane binary (an older version) for both
+	// nodes; empty: the one under test.
+	Bin string
 }
 
 // kubeletArgs are a node's kubelet flags of opts (ns: the node's network
@@ -65,7 +68,7 @@ type twoNodeCluster struct {
 
 	ServerCtrd, AgentCtrd *testcontainerd.Containerd
 
-	agentArgs []string
+	serverArgs, agentArgs []string
 }
 
 // clusterNet numbers the test ranges of one test process (10.204.N.0/24).
@@ -218,7 +221,8 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 	// server-as-node) kill each other's pods (seen: a shim killed 50 ms
 	// after StartContainer).
 	serverArgs = append(serverArgs, opts.ServerArgs...)
-	c.Server = startServerCmd(t, dataDir, nsenterCmd(c.ServerNS, serverArgs...))
+	c.serverArgs = serverArgs
+	c.Server = startServerCmd(t, dataDir, nsenterBinCmd(opts.Bin, c.ServerNS, serverArgs...))
 	c.Server.useAddress(t, "https://"+c.ServerIP+":6443")
 
 	agentDir := agentDataDir(t)
@@ -230,7 +234,7 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		"--pause-image", testimage.DefaultPauseName,
 	}, agentKubelet...)
 	c.agentArgs = append(c.agentArgs, opts.AgentArgs...)
-	c.Agent = startAgentCmd(t, nsenterCmd(c.AgentNS, c.agentArgs...))
+	c.Agent = startAgentCmd(t, nsenterBinCmd(opts.Bin, c.AgentNS, c.agentArgs...))
 	c.Server.mustKeepRunning(t)
 
 	waitNodeReady(t, c.Server, c.ServerNode)
@@ -239,8 +243,15 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 }
 
 // nsenterCmd runs the edgeplane binary in network namespace ns.
-func nsenterCmd(ns string, args ...string) *exec.Cmd {
-	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--", binary}, args...)...)
+func nsenterCmd(ns string, args ...string) *exec.Cmd { return nsenterBinCmd("", ns, args...) }
+
+// nsenterBinCmd runs bin (empty: the binary under test) in network
+// namespace ns.
+func nsenterBinCmd(bin, ns string, args ...string) *exec.Cmd {
+	if bin == "" {
+		bin = binary
+	}
+	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--", bin}, args...)...)
 }
 
 // startServer's variant for a prepared command is startServerCmd.
