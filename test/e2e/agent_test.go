@@ -252,7 +252,7 @@ func TestAgentJoin(t *testing.T) {
 		}
 		before := runningPods(t, s, "on-agent", 1)[0]
 		c.Agent.stop(t)
-		c.Agent = startAgentCmd(t, nsenterCmd(c.AgentNS, c.agentArgs...))
+		c.Agent = c.startAgent(t)
 		waitAgentReady(t, c.Agent)
 		after := runningPods(t, s, "on-agent", 1)[0]
 		if len(after.Status.ContainerStatuses) != 1 || len(before.Status.ContainerStatuses) != 1 {

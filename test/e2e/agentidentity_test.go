@@ -39,7 +39,7 @@ func nodeIdentity(t *testing.T, c *twoNodeCluster) {
 				t.Fatal(err)
 			}
 		}
-		c.Agent = startAgentCmd(t, nsenterCmd(c.AgentNS, c.agentArgs...))
+		c.Agent = c.startAgent(t)
 		waitAgentReady(t, c.Agent)
 		wantText(t, c.Agent.output.String(), "The node has its client certificate")
 		waitNodeReady(t, c.Server, c.AgentNode)
@@ -82,11 +82,11 @@ func nodeIdentity(t *testing.T, c *twoNodeCluster) {
 				t.Fatal(err)
 			}
 		}
-		c.Agent = startAgentCmd(t, nsenterCmd(c.AgentNS, c.agentArgs...))
+		c.Agent = c.startAgent(t)
 		wantText(t, c.Agent.waitExit(t, 2*time.Minute), "edgeplane node forget "+c.AgentNode)
 
 		c.serverCLI(t, "node", "forget", c.AgentNode, "--data-dir", c.Server.dataDir)
-		c.Agent = startAgentCmd(t, nsenterCmd(c.AgentNS, c.agentArgs...))
+		c.Agent = c.startAgent(t)
 		waitAgentReady(t, c.Agent)
 		waitNodeReady(t, c.Server, c.AgentNode)
 	})

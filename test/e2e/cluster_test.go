@@ -69,6 +69,9 @@ type twoNodeCluster struct {
 	ServerCtrd, AgentCtrd *testcontainerd.Containerd
 
 	serverArgs, agentArgs []string
+	// owner is the test that made the cluster: agents that outlive a
+	// subtest are its.
+	owner *testing.T
 }
 
 // clusterNet numbers the test ranges of one test process (10.204.N.0/24).
@@ -178,6 +181,7 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 	clusterNetMu.Unlock()
 	pid := os.Getpid()
 	c := &twoNodeCluster{
+		owner: t,
 		ServerNode: "srv", AgentNode: "agt",
 		ServerNS: fmt.Sprintf("ep-net-%d-%d-s", pid, n), AgentNS: fmt.Sprintf("ep-net-%d-%d-a", pid, n),
 		HostIP: fmt.Sprintf("10.204.%d.1", n), ServerIP: fmt.Sprintf("10.204.%d.2", n), AgentIP: fmt.Sprintf("10.204.%d.3", n),
@@ -285,19 +289,32 @@ func (s *server) useAddress(t *testing.T, url string) {
 // startAgentCmd starts a prepared agent command; it is killed when t ends.
 func startAgentCmd(t *testing.T, cmd *exec.Cmd) *agentProc {
 	t.Helper()
+	return startAgentOwned(t, t, cmd)
+}
+
+// startAgent starts the cluster's agent again with its flags; it runs
+// until the cluster's test ends (not the subtest that started it).
+func (c *twoNodeCluster) startAgent(t *testing.T) *agentProc {
+	t.Helper()
+	return startAgentOwned(t, c.owner, nsenterCmd(c.AgentNS, c.agentArgs...))
+}
+
+// startAgentOwned is startAgentCmd whose agent owner's end kills.
+func startAgentOwned(t, owner *testing.T, cmd *exec.Cmd) *agentProc {
+	t.Helper()
 	a := &agentProc{cmd: cmd, output: &syncBuffer{}, exited: make(chan struct{})}
 	a.cmd.Stdout, a.cmd.Stderr = a.output, a.output
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { a.err = a.cmd.Wait(); close(a.exited) }()
-	t.Cleanup(func() {
+	owner.Cleanup(func() {
 		a.kill()
-		if t.Failed() {
+		if owner.Failed() {
 			t.Logf("agent output:\n%s", tail(a.output.String()))
 		}
 	})
-	a.mustKeepRunning(t) // after the kill above is registered: runs before it
+	a.mustKeepRunning(owner) // after the kill above is registered: runs before it
 	return a
 }
 
@@ -306,7 +323,7 @@ func startAgentCmd(t *testing.T, cmd *exec.Cmd) *agentProc {
 func (c *twoNodeCluster) restartAgent(t *testing.T) {
 	t.Helper()
 	c.Agent.kill()
-	c.Agent = startAgentCmd(t, nsenterCmd(c.AgentNS, c.agentArgs...))
+	c.Agent = c.startAgent(t)
 }
 
 // kubectl runs kubectl against the cluster.
