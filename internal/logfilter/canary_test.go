@@ -19,6 +19,13 @@ import (
 // captureKlog returns klog's output while f runs.
 func captureKlog(t *testing.T, f func()) string {
 	t.Helper()
+	return captureKlogLive(t, func(*lockedBuffer) { f() })
+}
+
+// captureKlogLive returns klog's output while f runs; f may read it as it
+// grows.
+func captureKlogLive(t *testing.T, f func(out *lockedBuffer)) string {
+	t.Helper()
 	fs := flagSet()
 	old := fs.Lookup("logtostderr").Value.String()
 	out := &lockedBuffer{}
@@ -28,7 +35,7 @@ func captureKlog(t *testing.T, f func()) string {
 		klog.SetOutput(nilWriter{})
 		_ = fs.Set("logtostderr", old)
 	}()
-	f()
+	f(out)
 	klog.Flush()
 	return out.String()
 }

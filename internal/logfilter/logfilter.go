@@ -63,6 +63,26 @@ var noise = []struct{ text, why string }{
 		text: "Unable to remove peer endpoint leases: StorageError: key not found",
 		why:  "the lease was never written: a single server runs no peer-endpoint reconciler",
 	},
+	{
+		// k8s.io/kubernetes/pkg/controller (v1.37.2, KEP-5647 stale
+		// controller consistency): a controller whose informers have not
+		// yet seen its own last write returns a ConsistencyError, which the
+		// ReplicaSet controller's worker logs as an error before it
+		// requeues; a new ReplicaSet meets it when its pods' events come
+		// before its status update's (CoreDNS's at every first start;
+		// TestCanaryReplicaSetConsistencyError).
+		text: "is not as new as written version: ",
+		why:  "a controller waits for its informer to see its own write, by design",
+	},
+	{
+		// k8s.io/apiserver/pkg/storage/etcd3/watcher.go (v0.37.2): a
+		// watch stopped while it reads the current state (a watch cache
+		// stopped at start-up) logs its context's cancellation, which the
+		// same watcher skips once the watch runs (logWatchChannelErr;
+		// TestCanaryWatchSyncCanceled).
+		text: "failed to sync with latest state: context canceled",
+		why:  "a watch stopped by its owner, which the watcher logs nowhere else",
+	},
 }
 
 // Filter is a klog output that drops what Keep rejects.

@@ -29,6 +29,9 @@ func TestKeep(t *testing.T) {
 		{"upstream noise: skipped API", "W1203 12:00:00.000000 1 genericapiserver.go:798] Skipping API batch/v1beta1 because it has no resources.\n", upstream, false},
 		{"upstream noise: stale endpoints", "E1203 12:00:00.000000 1 controller.go:95] Found stale data, removed previous endpoints on kubernetes service, apiserver didn't exit successfully previously\n", upstream, false},
 		{"upstream noise: peer leases", "E1203 12:00:00.000000 1 peer_endpoint_lease.go:181] Unable to remove peer endpoint leases: StorageError: key not found, Code: 1\n", upstream, false},
+		{"upstream noise: stale read of a ReplicaSet", "E1206 03:10:29.192031 1 replica_set.go:640] \"Unhandled Error\" err=\"sync \\\"kube-system/coredns-77ff47c8db\\\" failed with read version: 297 is not as new as written version: 305 for group resource replicasets.apps\"\n", "k8s.io/apimachinery/pkg/util/runtime.logError", false},
+		{"upstream noise: watch stopped during its sync", "E1206 03:10:23.155673 1 watcher.go:458] failed to sync with latest state: context canceled\n", "k8s.io/apiserver/pkg/storage/etcd3.(*watchChan).startWatching", false},
+		{"upstream error: watch sync failed otherwise", "E1206 03:10:23.155673 1 watcher.go:458] failed to sync with latest state: etcdserver: request timed out\n", "k8s.io/apiserver/pkg/storage/etcd3.(*watchChan).startWatching", true},
 		{"unknown caller info", "I1203 12:00:00.000000 1 x.go:1] hello\n", "", false},
 		{"empty entry", "", upstream, false},
 	} {
