@@ -24,7 +24,7 @@ import (
 // copy of them.
 func makeRunArgs(t *testing.T, dataDir, args string) []string {
 	t.Helper()
-	const binMark, dirMark = "@EDGEPLANE_BIN@", "@EDGEPLANE_DATA_DIR@"
+	const binMark, dirMark = "EDGEPLANE_TEST_BIN", "EDGEPLANE_TEST_DATA_DIR"
 	out, err := exec.Command("make", "-n", "-s", "--no-print-directory", "-C", "../..", "run",
 		"BIN="+binMark, "DATA_DIR="+dirMark, "ARGS="+args).CombinedOutput()
 	if err != nil {
