@@ -88,10 +88,10 @@ func newNodeNetns(t *testing.T) nodeNetns {
 // TestMakeRun runs `make run`'s server (the Makefile's flags, read with
 // make -n) on a host with a container runtime, for both README forms
 // (`make run`, `make run ARGS=--datastore=etcd`), and checks the README's
-// promise: the node is Ready, CoreDNS is Ready, `nslookup
-// kubernetes.default` in a pod answers 10.43.0.1, and an in-cluster client
-// lists namespaces through the kubernetes Service; then that the start and
-// the stop printed no error line. With the Makefile's former
+// promise: the node is Ready, CoreDNS is Ready, kubernetes.default resolves
+// in a pod to 10.43.0.1, and an in-cluster client lists namespaces through
+// the kubernetes Service; then that the start and the stop printed no
+// error line. With the Makefile's former
 // --bind-address 127.0.0.1 the kubernetes Service's endpoint was the
 // host's address, where nothing listened: CoreDNS never got Ready. A server
 // bound to loopback that finds a runtime now refuses to start, naming the
@@ -193,13 +193,25 @@ func checkMakeRunCluster(t *testing.T, s *server, nodeIP string) {
 		return p.Status.Phase == corev1.PodRunning, fmt.Errorf("phase %s%s", p.Status.Phase, podReason(*p))
 	})
 
-	t.Run("nslookup kubernetes.default answers 10.43.0.1", func(t *testing.T) {
-		eventually(t, time.Minute, "nslookup kubernetes.default", func(context.Context) (bool, error) {
-			out, err := s.kubectl("exec", "client", "--", "nslookup", "kubernetes.default")
+	// busybox's nslookup (1.35) applies no search list: it gets the whole
+	// name; the in-cluster client's Go resolver reads resolv.conf as a
+	// glibc pod's resolver would, so it gets the short one.
+	t.Run("nslookup kubernetes.default.svc.cluster.local answers 10.43.0.1", func(t *testing.T) {
+		eventually(t, time.Minute, "nslookup kubernetes.default.svc.cluster.local", func(context.Context) (bool, error) {
+			out, err := s.kubectl("exec", "client", "--", "nslookup", "kubernetes.default.svc.cluster.local")
 			if err != nil {
 				return false, fmt.Errorf("%v: %s", err, out)
 			}
 			return slices.Contains(nslookupAnswers(out), "10.43.0.1"), fmt.Errorf("answer: %s", out)
+		})
+	})
+	t.Run("kubernetes.default resolves to 10.43.0.1 through the pod's search list", func(t *testing.T) {
+		eventually(t, time.Minute, "kubernetes.default resolved in a pod", func(context.Context) (bool, error) {
+			out, err := s.kubectl("exec", "client", "--", "incluster", "lookup", "kubernetes.default")
+			if err != nil {
+				return false, fmt.Errorf("%v: %s", err, out)
+			}
+			return slices.Equal(strings.Fields(out), []string{"10.43.0.1"}), fmt.Errorf("addresses %q", out)
 		})
 	})
 
