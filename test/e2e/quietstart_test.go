@@ -65,6 +65,17 @@ func TestQuietStartStop(t *testing.T) {
 					return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse
 				}), fmt.Errorf("pod status %+v", pods.Items[0].Status)
 			})
+			// Stopped while a controller's request is in flight, the API
+			// server logs the request's cancellation as a handler timeout
+			// ("Post-timeout activity"): the check is of a settled start.
+			eventually(t, time.Minute, "the CoreDNS Deployment's status settled", func(ctx context.Context) (bool, error) {
+				d, err := s.client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				return d.Status.ObservedGeneration == d.Generation && d.Status.Replicas == 1 && d.Status.UnavailableReplicas == 1,
+					fmt.Errorf("Deployment status %+v", d.Status)
+			})
 			eventually(t, time.Minute, "the legacy token tracking ConfigMap", func(ctx context.Context) (bool, error) {
 				_, err := s.client.CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-apiserver-legacy-service-account-token-tracking", metav1.GetOptions{})
 				return err == nil, err
