@@ -74,12 +74,14 @@ func TestCanaryReplicaSetConsistencyError(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		factory.Start(ctx.Done())
-		go rsc.Run(ctx, 1)
+		done := make(chan struct{})
+		go func() { defer close(done); rsc.Run(ctx, 1) }()
 		_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
 			klog.Flush()
 			return strings.Contains(out.String(), want), nil
 		})
 		cancel()
+		<-done
 		factory.Shutdown()
 	})
 	line := lineWith(got, want)

@@ -25,10 +25,32 @@ import (
 // ownPrefix is the package path prefix of edgeplane's code.
 const ownPrefix = "github.com/edgeplane/edgeplane/"
 
+// noiseEntry is an upstream warning or error that asks nothing of the user:
+// an entry that contains text (and also and, when set). source, when set,
+// is the upstream statement that prints it, which
+// TestCanaryNoiseSources finds in the pinned module.
+type noiseEntry struct {
+	text, and, why string
+	source         upstreamSource
+}
+
+// upstreamSource is a logging statement in a module's file.
+type upstreamSource struct {
+	module, file, statement string
+}
+
+// matches reports whether entry is this noise.
+func (n noiseEntry) matches(entry []byte) bool {
+	return bytes.Contains(entry, []byte(n.text)) && (n.and == "" || bytes.Contains(entry, []byte(n.and)))
+}
+
+// allNoise is noise and the node's (nodenoise.go).
+var allNoise = append(append([]noiseEntry(nil), noise...), nodeNoise...)
+
 // noise lists upstream warnings and errors that every healthy start (or a
 // clean stop) prints and that ask nothing of the user; they are shown from
 // -v 1. Each entry is a substring of the message, with why it is noise.
-var noise = []struct{ text, why string }{
+var noise = []noiseEntry{
 	{
 		// k8s.io/apiserver/pkg/server/genericapiserver.go, once per
 		// beta/alpha version that is disabled (~30 lines): the default.
@@ -149,8 +171,8 @@ func Keep(entry []byte, caller string) bool {
 	if len(entry) == 0 || entry[0] == 'I' {
 		return false
 	}
-	for _, n := range noise {
-		if bytes.Contains(entry, []byte(n.text)) {
+	for _, n := range allNoise {
+		if n.matches(entry) {
 			return false
 		}
 	}

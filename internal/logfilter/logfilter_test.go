@@ -32,6 +32,10 @@ func TestKeep(t *testing.T) {
 		{"upstream noise: stale read of a ReplicaSet", "E1206 03:10:29.192031 1 replica_set.go:640] \"Unhandled Error\" err=\"sync \\\"kube-system/coredns-77ff47c8db\\\" failed with read version: 297 is not as new as written version: 305 for group resource replicasets.apps\"\n", "k8s.io/apimachinery/pkg/util/runtime.logError", false},
 		{"upstream noise: watch stopped during its sync", "E1206 03:10:23.155673 1 watcher.go:458] failed to sync with latest state: context canceled\n", "k8s.io/apiserver/pkg/storage/etcd3.(*watchChan).startWatching", false},
 		{"upstream error: watch sync failed otherwise", "E1206 03:10:23.155673 1 watcher.go:458] failed to sync with latest state: etcdserver: request timed out\n", "k8s.io/apiserver/pkg/storage/etcd3.(*watchChan).startWatching", true},
+		{"upstream noise: the kubelet before its Node exists", "E1206 03:59:05.4 1 kubelet_node_status.go:396] \"Error getting the current node from lister\" err=\"node \\\"edge-run\\\" not found\" logger=\"edgeplane.kubelet\"\n", "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).fastNodeStatusUpdate", false},
+		{"upstream error: the kubelet's lister fails otherwise", "E1206 03:59:05.4 1 kubelet_node_status.go:396] \"Error getting the current node from lister\" err=\"connection refused\"\n", "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).fastNodeStatusUpdate", true},
+		{"upstream noise: pod sync before the first runtime check", "E1206 03:59:05.4 1 kubelet.go:2697] \"Skipping pod synchronization\" err=\"container runtime status check may not have completed yet\"\n", "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).syncLoop", false},
+		{"upstream error: pod sync on an unhealthy runtime", "E1206 03:59:05.4 1 kubelet.go:2697] \"Skipping pod synchronization\" err=\"PLEG is not healthy: pleg was last seen active 3m0s ago\"\n", "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).syncLoop", true},
 		{"unknown caller info", "I1203 12:00:00.000000 1 x.go:1] hello\n", "", false},
 		{"empty entry", "", upstream, false},
 	} {
