@@ -162,14 +162,17 @@ func (f *Filter) Write(p []byte) (int, error) {
 }
 
 // Keep decides for one klog entry, given the function that logged it: every
-// entry of edgeplane's code; upstream warnings, errors and fatal entries
-// except noise; no upstream info entry.
+// entry of edgeplane's code; upstream fatal entries; upstream warnings and
+// errors except noise; no upstream info entry.
 func Keep(entry []byte, caller string) bool {
 	if strings.HasPrefix(caller, ownPrefix) {
 		return true
 	}
 	if len(entry) == 0 || entry[0] == 'I' {
 		return false
+	}
+	if entry[0] == 'F' { // never noise: the process ends
+		return true
 	}
 	for _, n := range allNoise {
 		if n.matches(entry) {

@@ -36,6 +36,8 @@ func TestKeep(t *testing.T) {
 		{"upstream error: the kubelet's lister fails otherwise", "E1206 03:59:05.4 1 kubelet_node_status.go:396] \"Error getting the current node from lister\" err=\"connection refused\"\n", "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).fastNodeStatusUpdate", true},
 		{"upstream noise: pod sync before the first runtime check", "E1206 03:59:05.4 1 kubelet.go:2697] \"Skipping pod synchronization\" err=\"container runtime status check may not have completed yet\"\n", "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).syncLoop", false},
 		{"upstream error: pod sync on an unhealthy runtime", "E1206 03:59:05.4 1 kubelet.go:2697] \"Skipping pod synchronization\" err=\"PLEG is not healthy: pleg was last seen active 3m0s ago\"\n", "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).syncLoop", true},
+		{"upstream noise: CSINode before the Node exists", "E1206 04:14:03.4 1 csi_plugin.go:399] Failed to initialize CSINode: error updating CSINode annotation: timed out waiting for the condition; caused by: nodes \"edge-run\" not found\n", "k8s.io/kubernetes/pkg/volume/csi.initializeCSINode.func1", false},
+		{"upstream fatal that contains noise", "F1206 04:16:03.4 1 csi_plugin.go:413] Failed to initialize CSINode: nodes \"edge-run\" not found\n", "k8s.io/kubernetes/pkg/volume/csi.initializeCSINode.func1", true},
 		{"unknown caller info", "I1203 12:00:00.000000 1 x.go:1] hello\n", "", false},
 		{"empty entry", "", upstream, false},
 	} {

@@ -12,14 +12,14 @@ const (
 // kube-proxy, flannel v0.28.10) print as errors at every healthy start,
 // stop or `kubectl exec`, which asks nothing of the user. Each names the
 // statement that prints it: TestCanaryNoiseSources fails once it is gone.
-// A line that tells of a real delay stays: "Failed to initialize CSINode"
-// (the node is not Ready until the next attempt) and "Node not becoming
-// ready in time after startup".
+// A line that tells of a real delay stays: "Node not becoming ready in time
+// after startup" (for one, when the CSINode attempts below have run out
+// before the Node was registered, the next comes two minutes later).
 var nodeNoise = []noiseEntry{
 	// The kubelet registers its Node only once its runtime-dependent
 	// modules have started (cAdvisor, the container manager: seconds on a
-	// small board), while three loops look the Node up every 100 ms and log
-	// each miss.
+	// small board), while its loops look the Node up, three of them every
+	// 100 ms, and log each miss.
 	{
 		text:   "Unable to register mirror pod because node is not registered yet",
 		why:    "the kubelet polls for its own Node until it has registered it",
@@ -34,6 +34,11 @@ var nodeNoise = []noiseEntry{
 		text: "Failed to get node when trying to set owner ref to the node lease", and: "not found",
 		why:    "the node's Lease is written before the Node is registered, and gets its owner later",
 		source: upstreamSource{kubernetes, "pkg/kubelet/util/nodelease.go", `logger.Error(err, "Failed to get node when trying to set owner ref to the node lease"`},
+	},
+	{
+		text: "Failed to initialize CSINode: ", and: "not found",
+		why:    "the CSI plugin retries (30 ms to 2 min apart) until the Node is registered",
+		source: upstreamSource{kubernetes, "pkg/volume/csi/csi_plugin.go", `klog.Errorf("Failed to initialize CSINode: %v", err)`},
 	},
 	{
 		text: `"Eviction manager: failed to get summary stats" err="failed to get node info: `, and: "not found",
