@@ -151,11 +151,25 @@ func TestMakeRun(t *testing.T) {
 			s.useAddress(t, "https://"+nn.nodeIP+":6443")
 			checkMakeRunCluster(t, s, nn.nodeIP)
 			s.stop()
-			if lines := errorLines(s.output.String()); len(lines) > 0 {
+			if lines := errorLines(s.output.String(), thisMachine...); len(lines) > 0 {
 				t.Errorf("%d error lines from start to stop:\n%s", len(lines), strings.Join(lines, "\n"))
 			}
 		})
 	}
+}
+
+// thisMachine are the kubelet's error lines that these test machines cause
+// and a host the product runs on does not: the test sandbox refuses what
+// root may do elsewhere, and other tests' kubelets share the host's
+// /var/log/containers.
+var thisMachine = []string{
+	// RLIMIT_NOFILE cannot be raised in the sandbox.
+	`"Failed to set rlimit on max file handles" err="operation not permitted"`,
+	// /proc/1/ns/pid cannot be read in the sandbox.
+	`"Failed to ensure process in container with oom score" err="failed to find pid namespace of init process"`,
+	// The kubelet's container GC asks its runtime about every dead
+	// symlink in the host's /var/log/containers: other tests' containers.
+	`"ContainerStatus from runtime service failed" err="rpc error: code = NotFound`,
 }
 
 // checkMakeRunCluster checks the README's promise on a server that is its

@@ -17,11 +17,12 @@ import (
 // and time, the thread id, file:line].
 var errorLine = regexp.MustCompile(`^E\d{4} \d\d:\d\d:\d\d\.\d{6}\s+\d+ \S+:\d+\] `)
 
-// errorLines are the error entries in a server's output.
-func errorLines(out string) []string {
+// errorLines are the error entries in a server's output but those that
+// contain one of except.
+func errorLines(out string, except ...string) []string {
 	var lines []string
 	for _, line := range strings.Split(out, "\n") {
-		if errorLine.MatchString(line) {
+		if errorLine.MatchString(line) && !slices.ContainsFunc(except, func(e string) bool { return strings.Contains(line, e) }) {
 			lines = append(lines, line)
 		}
 	}
@@ -97,6 +98,9 @@ E1206 03:10:29.192031   18378 replica_set.go:640] "Unhandled Error"`
 	got := errorLines(out)
 	if len(got) != 2 || !strings.Contains(got[0], "watcher.go") || !strings.Contains(got[1], "replica_set.go") {
 		t.Fatalf("errorLines = %q", got)
+	}
+	if got := errorLines(out, "context canceled"); len(got) != 1 || !strings.Contains(got[0], "replica_set.go") {
+		t.Fatalf("errorLines but context canceled = %q", got)
 	}
 }
 
