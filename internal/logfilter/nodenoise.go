@@ -94,6 +94,16 @@ var nodeNoise = []noiseEntry{
 		source: upstreamSource{kubernetes, "pkg/kubelet/pleg/generic.go", `logger.Error(err, "GenericPLEG: Unable to retrieve pods")`},
 	},
 	{
+		text: "Error listing containers", and: "context canceled",
+		why:    "the kubelet's housekeeping meets its cancelled context until the process ends",
+		source: upstreamSource{kubernetes, "pkg/kubelet/kubelet_pods.go", `logger.Error(err, "Error listing containers")`},
+	},
+	{
+		text: "Failed cleaning pods", and: "context canceled",
+		why:    "the kubelet's housekeeping meets its cancelled context until the process ends",
+		source: upstreamSource{kubernetes, "pkg/kubelet/kubelet.go", `logger.Error(err, "Failed cleaning pods")`},
+	},
+	{
 		text: "ListPodSandbox with filter from runtime service failed", and: "context canceled",
 		why:    "the kubelet's pod lifecycle loop meets its cancelled context until the process ends",
 		source: upstreamSource{criClient, "pkg/remote_runtime.go", `logger.Error(err, "ListPodSandbox with filter from runtime service failed", "filter", filter)`},
