@@ -105,6 +105,16 @@ var noise = []noiseEntry{
 		text: "failed to sync with latest state: context canceled",
 		why:  "a watch stopped by its owner, which the watcher logs nowhere else",
 	},
+	{
+		// k8s.io/client-go/tools/cache/reflector.go (v0.37.2): an informer
+		// stopped while its reflector opens a watch (a component stopped
+		// soon after it started) reports the cancelled request as a failed
+		// watch.
+		text: `"Failed to watch"`, and: "context canceled",
+		why: "an informer stopped by its owner while it opened a watch",
+		source: upstreamSource{"k8s.io/client-go", "tools/cache/reflector.go",
+			`utilruntime.HandleErrorWithContext(ctx, err, "Failed to watch", "reflector", r.name, "type", r.typeDescription)`},
+	},
 }
 
 // Filter is a klog output that drops what Keep rejects.

@@ -38,6 +38,8 @@ func TestKeep(t *testing.T) {
 		{"upstream error: pod sync on an unhealthy runtime", "E1206 03:59:05.4 1 kubelet.go:2697] \"Skipping pod synchronization\" err=\"PLEG is not healthy: pleg was last seen active 3m0s ago\"\n", "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).syncLoop", true},
 		{"upstream noise: CSINode before the Node exists", "E1206 04:14:03.4 1 csi_plugin.go:399] Failed to initialize CSINode: error updating CSINode annotation: timed out waiting for the condition; caused by: nodes \"edge-run\" not found\n", "k8s.io/kubernetes/pkg/volume/csi.initializeCSINode.func1", false},
 		{"upstream fatal that contains noise", "F1206 04:16:03.4 1 csi_plugin.go:413] Failed to initialize CSINode: nodes \"edge-run\" not found\n", "k8s.io/kubernetes/pkg/volume/csi.initializeCSINode.func1", true},
+		{"upstream noise: an informer stopped while it opens a watch", "E1206 04:50:15.912289 1 reflector.go:227] \"Failed to watch\" err=\"Get \\\"https://127.0.0.1:46479/api/v1/services?watch=true\\\": context canceled\" logger=\"UnhandledError\"\n", "k8s.io/client-go/tools/cache.DefaultWatchErrorHandler", false},
+		{"upstream error: a watch refused", "E1206 04:50:15.912289 1 reflector.go:227] \"Failed to watch\" err=\"services is forbidden: User \\\"x\\\" cannot watch resource\" logger=\"UnhandledError\"\n", "k8s.io/client-go/tools/cache.DefaultWatchErrorHandler", true},
 		{"unknown caller info", "I1203 12:00:00.000000 1 x.go:1] hello\n", "", false},
 		{"empty entry", "", upstream, false},
 	} {
