@@ -106,12 +106,23 @@ var noise = []noiseEntry{
 		why:  "a watch stopped by its owner, which the watcher logs nowhere else",
 	},
 	{
+		// k8s.io/kubernetes/pkg/registry/core/service/ipallocator/controller
+		// (v1.37.2): the ClusterIP repair controller looks a new Service's
+		// IPAddress up in its informer, which may not have it yet; its own
+		// create then finds it. A real repair also records a Warning Event
+		// (ClusterIPNotAllocated) on the Service.
+		text: "is not allocated; repairing",
+		why:  "the repair controller sees a new Service before its informer has the IPAddress the Service's create wrote",
+		source: upstreamSource{"k8s.io/kubernetes", "pkg/registry/core/service/ipallocator/controller/repairip.go",
+			`runtime.HandleError(fmt.Errorf("the ClusterIP [%v]: %s for Service %s/%s is not allocated; repairing", family, ip, svc.Namespace, svc.Name))`},
+	},
+	{
 		// k8s.io/client-go/tools/cache/reflector.go (v0.37.2): an informer
 		// stopped while its reflector opens a watch (a component stopped
 		// soon after it started) reports the cancelled request as a failed
 		// watch.
 		text: `"Failed to watch"`, and: "context canceled",
-		why: "an informer stopped by its owner while it opened a watch",
+		why:  "an informer stopped by its owner while it opened a watch",
 		source: upstreamSource{"k8s.io/client-go", "tools/cache/reflector.go",
 			`utilruntime.HandleErrorWithContext(ctx, err, "Failed to watch", "reflector", r.name, "type", r.typeDescription)`},
 	},

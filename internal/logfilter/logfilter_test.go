@@ -40,6 +40,7 @@ func TestKeep(t *testing.T) {
 		{"upstream fatal that contains noise", "F1206 04:16:03.4 1 csi_plugin.go:413] Failed to initialize CSINode: nodes \"edge-run\" not found\n", "k8s.io/kubernetes/pkg/volume/csi.initializeCSINode.func1", true},
 		{"upstream noise: an informer stopped while it opens a watch", "E1206 04:50:15.912289 1 reflector.go:227] \"Failed to watch\" err=\"Get \\\"https://127.0.0.1:46479/api/v1/services?watch=true\\\": context canceled\" logger=\"UnhandledError\"\n", "k8s.io/client-go/tools/cache.DefaultWatchErrorHandler", false},
 		{"upstream error: a watch refused", "E1206 04:50:15.912289 1 reflector.go:227] \"Failed to watch\" err=\"services is forbidden: User \\\"x\\\" cannot watch resource\" logger=\"UnhandledError\"\n", "k8s.io/client-go/tools/cache.DefaultWatchErrorHandler", true},
+		{"upstream noise: a new Service's ClusterIP before the informer has its IPAddress", "E1206 04:51:53.155809 1 repairip.go:383] \"Unhandled Error\" err=\"the ClusterIP [IPv4]: 10.43.0.10 for Service kube-system/kube-dns is not allocated; repairing\" logger=\"UnhandledError\"\n", "k8s.io/apimachinery/pkg/util/runtime.logError", false},
 		{"unknown caller info", "I1203 12:00:00.000000 1 x.go:1] hello\n", "", false},
 		{"empty entry", "", upstream, false},
 	} {
