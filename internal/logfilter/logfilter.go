@@ -122,7 +122,7 @@ var noise = []noiseEntry{
 		// soon after it started) reports the cancelled request as a failed
 		// watch.
 		text: `"Failed to watch"`, and: "context canceled",
-		why:  "an informer stopped by its owner while it opened a watch",
+		why: "an informer stopped by its owner while it opened a watch",
 		source: upstreamSource{"k8s.io/client-go", "tools/cache/reflector.go",
 			`utilruntime.HandleErrorWithContext(ctx, err, "Failed to watch", "reflector", r.name, "type", r.typeDescription)`},
 	},
