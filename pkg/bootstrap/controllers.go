@@ -58,13 +58,14 @@ func (o CompletedOptions) controllerOptions(pki *certs.PKI) controllers.Options 
 		Lean:        o.Profile.LeanControllers,
 
 		NodeMonitorGracePeriod: nodeconfig.MonitorGracePeriod(o.NodeHeartbeat),
+		LeafValidity:           o.Day2.LeafValidity,
 	}
 }
 
 // startControllers starts the controller-manager and the scheduler, unless
 // disabled, once the API server is ready. Neither needs the other, so they
-// start together (the scheduler used to wait ~0.1 s behind the
-// controller-manager's ~0.5-1 s). Started after the chain, they are stopped
+// start together (started in turn, the scheduler would wait ~0.1 s behind
+// the controller-manager's ~0.5-1 s). Started after the chain, they are stopped
 // before it, the scheduler first.
 func (s *server) startControllers(ctx context.Context, o CompletedOptions) error {
 	opts := o.controllerOptions(s.pki)
@@ -102,7 +103,8 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 	// approves, not to have started first: it starts with them (it took
 	// 0.1 s of a warm restart after them).
 	if !o.Disabled[componentControllerManager] {
-		start = append(start, &approver{adminKubeconfig: s.pki.AdminKubeconfig, kubeconfig: s.pki.ControllerManagerKubeconfig})
+		start = append(start, &approver{adminKubeconfig: s.pki.AdminKubeconfig, kubeconfig: s.pki.ControllerManagerKubeconfig,
+			apiServer: o.approverAPIServer()})
 	}
 	if err := s.mgr.startTogether(ctx, stopTimeout, start...); err != nil {
 		return err

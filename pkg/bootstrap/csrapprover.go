@@ -7,24 +7,29 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	netutils "k8s.io/utils/net"
 
 	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/pkg/csrapprover"
 )
 
-// componentCSRApprover decides kubelet serving certificate requests.
+// componentCSRApprover decides kubelet serving certificate requests and
+// the client certificate requests of node tokens.
 const componentCSRApprover = "csr-approver"
 
 // csrApproverUser is the identity the approver works as: the
 // controller-manager's client certificate, bound to the approver's role.
 const csrApproverUser = "system:kube-controller-manager"
 
-// approver runs the kubelet-serving CSR approver (pkg/csrapprover) as a
-// component, next to the controller-manager's csrsigning controller, which
-// signs what it approves.
+// approver runs the CSR approver (pkg/csrapprover) as a component, next
+// to the controller-manager's csrsigning controller, which signs what it
+// approves.
 type approver struct {
 	adminKubeconfig string
 	kubeconfig      string
+	// apiServer names the API server, which no node's serving certificate
+	// may name.
+	apiServer csrapprover.APIServer
 
 	loop background.Loop
 }
@@ -50,12 +55,30 @@ func (a *approver) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", componentCSRApprover, err)
 	}
-	c, err := csrapprover.New(client, csrapprover.Options{})
+	c, err := csrapprover.New(client, csrapprover.Options{APIServer: a.apiServer})
 	if err != nil {
 		return err
 	}
 	a.loop.Start(klog.NewContext(ctx, logger), func(runCtx context.Context) { c.Run(runCtx, 1) })
 	return nil
+}
+
+// approverAPIServer is what names this server's API server: what its
+// serving certificate names (pkg/certs) and the kubernetes Service.
+func (o CompletedOptions) approverAPIServer() csrapprover.APIServer {
+	a := csrapprover.APIServer{
+		ClusterDomain:    o.ClusterDomain,
+		AdvertiseAddress: o.AdvertiseAddress,
+		BindAddress:      o.BindAddress,
+		Hostname:         o.Hostname,
+		TLSSANs:          o.TLSSANs,
+	}
+	if o.ServiceCIDR != nil {
+		if ip, err := netutils.GetIndexedIP(o.ServiceCIDR, 1); err == nil {
+			a.ServiceIPs = append(a.ServiceIPs, ip)
+		}
+	}
+	return a
 }
 
 // Ready is immediate: requests wait in the queue until the informer syncs.

@@ -41,6 +41,9 @@ func (s *server) publishNodeConfig(ctx context.Context, o CompletedOptions) erro
 	}
 	nc := o.nodeSettings()
 	nc.ClientCA = ca
+	if nc.KubeletServingCA, err = readFile(s.pki.KubeletServingCA.Cert); err != nil {
+		return err
+	}
 	if err := retryTransient(ctx, "publishing the node settings", func(ctx context.Context) error {
 		return nodeconfig.Publish(ctx, client, nc)
 	}); err != nil {
@@ -61,6 +64,7 @@ func (o CompletedOptions) nodeSettings() nodeconfig.Config {
 		ClusterDomain: o.ClusterDomain, ClusterDNS: []net.IP{o.ClusterDNS},
 		ClusterCIDR: o.ClusterCIDR, FlannelBackend: o.Network.FlannelBackend, KubeProxyMode: o.Network.KubeProxyMode,
 		NodeLeaseDuration: nodeconfig.LeaseDuration(o.NodeHeartbeat),
+		AllowPrivileged:   o.AllowPrivileged,
 	}
 }
 
@@ -100,6 +104,9 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 		return err
 	}
 	if _, err := certs.EnsureNodeClient(ctx, s.pki, o.Node.Name, paths.CertDir, paths.Kubeconfig, localServerURL(o.BindAddress, port)); err != nil {
+		return err
+	}
+	if err := dropForeignServing(ctx, s.pki, paths.CertDir); err != nil {
 		return err
 	}
 	kopts := o.Node.kubeletOptions(paths, rt.Endpoint, s.pki.ClientCA.Cert, o.nodeSettings())

@@ -150,6 +150,7 @@ func (c nodeCompleted) kubeletOptions(p agent.Paths, runtimeEndpoint, clientCA s
 		ExtraArgs:       c.KubeletArgs,
 
 		NodeLeaseDuration: cluster.NodeLeaseDuration,
+		AllowPrivileged:   cluster.AllowPrivileged,
 	}
 }
 

@@ -47,6 +47,7 @@ type Options struct {
 	AllocateNodeCIDRs   bool
 	Profile             string
 	MaxConnections      int
+	AllowPrivileged     bool
 	Day2                Day2Options
 	Cluster             ClusterOptions
 	Node                NodeOptions
@@ -71,6 +72,7 @@ func NewOptions() *Options {
 		ClusterCIDR:         controllers.DefaultClusterCIDR,
 		AllocateNodeCIDRs:   true,
 		Profile:             ProfileAuto,
+		AllowPrivileged:     true,
 		Day2:                newDay2Options(),
 		Cluster:             newClusterOptions(),
 		Node:                newNodeOptions(),
@@ -111,6 +113,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", o.AllocateNodeCIDRs, "Give each Node a pod CIDR from --cluster-cidr (nodes need one for the pod network).")
 	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, fmt.Sprintf("Most open connections to the API port; new ones are closed at once while this many are open (0: the profile's, %d default, %d small).", defaultMaxConnections, smallMaxConnections))
 	fs.StringVar(&o.Profile, "profile", o.Profile, "Resource profile: "+strings.Join(profiles, ", ")+". small is for 512 MB-1 GB boards (less memory; no OpenAPI v2 document); auto picks small on hosts with 1.5 GiB of memory or less.")
+	fs.BoolVar(&o.AllowPrivileged, "allow-privileged", o.AllowPrivileged, "Run pods with privileged containers (CNI, device plugins, access to GPIO or USB), as k3s and kubeadm do; false refuses them in the API server and in the kubelet of every edgeplane node (static pods). Pod Security admission restricts them per namespace: label it pod-security.kubernetes.io/enforce=baseline (docs/NODES.md).")
 	o.Day2.AddFlags(fs)
 	o.Cluster.AddFlags(fs)
 	o.Node.AddFlags(fs)
@@ -147,6 +150,9 @@ type completedOptions struct {
 	Disabled          map[string]bool
 	ClusterCIDR       string
 	AllocateNodeCIDRs bool
+	// AllowPrivileged is --allow-privileged: the API server's and every
+	// node's kubelet's (nodeconfig tells agents).
+	AllowPrivileged bool
 	// Profile holds the resolved --profile's settings.
 	Profile profile
 	// HostMemory is the memory this process may use (0: unknown), read once
@@ -185,6 +191,7 @@ func (o *Options) Complete() (CompletedOptions, error) {
 
 		ClusterCIDR:       strings.TrimSpace(o.ClusterCIDR),
 		AllocateNodeCIDRs: o.AllocateNodeCIDRs,
+		AllowPrivileged:   o.AllowPrivileged,
 	}
 	bad := func(format string, args ...any) { c.problems = append(c.problems, fmt.Errorf(format, args...)) }
 

@@ -124,6 +124,10 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	if err := s.startDatastore(ctx, o, shared, etcdJoin); err != nil {
 		return nil, err
 	}
+	if err := s.shareKubeletCA(ctx, o, port, shared, etcdJoin); err != nil {
+		return nil, err
+	}
+	logKubeletTrust(ctx, s.pki)
 	wear.Register(filepath.Join(o.DataDir, "db"))
 	storage := s.store.Client()
 	day2, err := prepareDay2(ctx, o)
@@ -229,6 +233,7 @@ func (s *server) chainConfig(o CompletedOptions, listener net.Listener, day2 cha
 		ServiceCIDR:        o.ServiceCIDR,
 		ClusterDomain:      o.ClusterDomain,
 		SharedDatastore:    o.sharedDatastore(),
+		AllowPrivileged:    o.AllowPrivileged,
 		StateDir:           filepath.Join(o.DataDir, "config"),
 		CompactionInterval: o.CompactionInterval,
 		Tuning:             o.Profile.Chain,
@@ -302,7 +307,7 @@ func chainFiles(p *certs.PKI) chain.Files {
 	return chain.Files{
 		ServingCert:          p.APIServerServing.Cert,
 		ServingKey:           p.APIServerServing.Key,
-		ClusterCA:            p.ServerCA.Cert,
+		KubeletCA:            p.KubeletServingCABundle,
 		ClientCA:             p.ClientCA.Cert,
 		FrontProxyCA:         p.FrontProxyCA.Cert,
 		FrontProxyClientCert: p.FrontProxyClient.Cert,

@@ -21,9 +21,9 @@ func TestEnsureCreatesFiles(t *testing.T) {
 	got := snapshot(t, dataDir(o))
 	want := []string{
 		"admin.kubeconfig", "controller-manager.kubeconfig", "scheduler.kubeconfig",
-		"tls/sa.key", "tls/sa.pub",
+		"tls/sa.key", "tls/sa.pub", "tls/kubelet-serving-ca-bundle.crt",
 	}
-	for _, n := range []string{"server-ca", "client-ca", "front-proxy-ca", "front-proxy-client", "apiserver",
+	for _, n := range []string{"server-ca", "kubelet-serving-ca", "client-ca", "front-proxy-ca", "front-proxy-client", "apiserver",
 		"apiserver-kubelet-client", "admin", "controller-manager", "scheduler", "etcd/ca", "etcd/server", "etcd/client"} {
 		want = append(want, "tls/"+n+".crt", "tls/"+n+".key")
 	}

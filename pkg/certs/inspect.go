@@ -23,6 +23,7 @@ func (p *PKI) Entries() []Entry {
 	leaf := func(name string, kp, ca KeyPair) Entry { return Entry{Name: name, Pair: kp, CA: &ca} }
 	return []Entry{
 		{Name: "server-ca", Pair: p.ServerCA},
+		{Name: "kubelet-serving-ca", Pair: p.KubeletServingCA},
 		{Name: "client-ca", Pair: p.ClientCA},
 		{Name: "front-proxy-ca", Pair: p.FrontProxyCA},
 		{Name: "etcd-ca", Pair: p.EtcdCA},

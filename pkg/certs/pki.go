@@ -28,8 +28,23 @@ import (
 type PKI struct {
 	Dir string
 
-	// ServerCA ("cluster CA") signs serving certificates.
+	// ServerCA ("cluster CA") signs the API server's serving certificate;
+	// kubeconfigs, pods (kube-root-ca.crt) and cluster-info trust it.
 	ServerCA KeyPair
+	// KubeletServingCA signs kubelet serving certificates (the
+	// kubernetes.io/kubelet-serving signer). Only the API server trusts it,
+	// through KubeletServingCABundle; it is never put where clients look for
+	// the API server's CA.
+	KubeletServingCA KeyPair
+	// KubeletServingCABundle is what the API server verifies kubelets with
+	// (--kubelet-certificate-authority): KubeletServingCA, plus ServerCA
+	// during the transition of a data dir from before KubeletServingCA
+	// (see kubeletTrustEnd). Ensure rewrites it.
+	KubeletServingCABundle string
+	// KubeletServerCATrustedUntil is when the transition ends: until then
+	// the bundle also holds ServerCA. Zero when it never does (a cluster
+	// created with KubeletServingCA). Set by Ensure.
+	KubeletServerCATrustedUntil time.Time
 	// ClientCA signs client certificates, including kubelet client CSRs.
 	ClientCA         KeyPair
 	FrontProxyCA     KeyPair
@@ -55,6 +70,10 @@ type PKI struct {
 	// ServingCAFingerprint is "sha256:<hex>" of the ServerCA certificate's
 	// SubjectPublicKeyInfo, the kubeadm-style CA pin for join tokens.
 	ServingCAFingerprint string
+
+	// leafValidity is Ensure's, for EnsureNodeServing; zero (the default
+	// lifetime) in a PKI from Layout.
+	leafValidity time.Duration
 }
 
 func pair(dir, name string) KeyPair {
@@ -66,6 +85,8 @@ func newPKI(o Options) *PKI {
 	return &PKI{
 		Dir:                         d,
 		ServerCA:                    pair(d, "server-ca"),
+		KubeletServingCA:            pair(d, "kubelet-serving-ca"),
+		KubeletServingCABundle:      filepath.Join(d, "kubelet-serving-ca-bundle.crt"),
 		ClientCA:                    pair(d, "client-ca"),
 		FrontProxyCA:                pair(d, "front-proxy-ca"),
 		FrontProxyClient:            pair(d, "front-proxy-client"),
@@ -141,8 +162,11 @@ func ensure(ctx context.Context, o Options) (*PKI, []string, error) {
 	}
 
 	p := &planner{now: o.Now(), leafValidity: o.LeafValidity, log: log}
-	var serverCA, clientCA, frontProxyCA, etcdCA *caState
+	var serverCA, kubeletCA, clientCA, frontProxyCA, etcdCA *caState
 	if serverCA, err = p.planCA("cluster CA", "edgeplane-server-ca", pki.ServerCA); err != nil {
+		return nil, nil, err
+	}
+	if kubeletCA, err = p.planCA("kubelet-serving CA", "edgeplane-kubelet-serving-ca", pki.KubeletServingCA); err != nil {
 		return nil, nil, err
 	}
 	if clientCA, err = p.planCA("client CA", "edgeplane-client-ca", pki.ClientCA); err != nil {
@@ -155,6 +179,9 @@ func ensure(ctx context.Context, o Options) (*PKI, []string, error) {
 		return nil, nil, err
 	}
 	if err := p.planServiceAccountKey(pki.ServiceAccountKey, pki.ServiceAccountPub); err != nil {
+		return nil, nil, err
+	}
+	if pki.KubeletServerCATrustedUntil, err = p.planKubeletBundle(pki.KubeletServingCABundle, serverCA, kubeletCA, SigningDuration(o.LeafValidity)); err != nil {
 		return nil, nil, err
 	}
 
@@ -230,5 +257,6 @@ func ensure(ctx context.Context, o Options) (*PKI, []string, error) {
 	}
 	sum := sha256.Sum256(serverCA.cert.RawSubjectPublicKeyInfo)
 	pki.ServingCAFingerprint = "sha256:" + hex.EncodeToString(sum[:])
+	pki.leafValidity = o.LeafValidity
 	return pki, p.renewed, nil
 }

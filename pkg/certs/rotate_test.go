@@ -154,8 +154,8 @@ func TestInspect(t *testing.T) {
 	p := mustEnsure(t, o)
 	remove(t, p.Scheduler.Cert)
 	infos := Inspect(p)
-	if len(infos) != 12 {
-		t.Fatalf("%d entries, want 12", len(infos))
+	if len(infos) != 13 {
+		t.Fatalf("%d entries, want 13", len(infos))
 	}
 	for _, c := range infos {
 		switch {
@@ -171,7 +171,7 @@ func TestInspect(t *testing.T) {
 			t.Errorf("%s renews at %s, not before expiry %s", c.Name, c.RenewAt, c.NotAfter)
 		}
 	}
-	if got := infos[4]; got.Name != "apiserver" || got.Issuer == "" || !bytes.Contains([]byte(got.SANs()), []byte("kubernetes.default.svc.cluster.local")) {
+	if got := infos[5]; got.Name != "apiserver" || got.Issuer == "" || !bytes.Contains([]byte(got.SANs()), []byte("kubernetes.default.svc.cluster.local")) {
 		t.Errorf("apiserver entry %+v", got)
 	}
 }

@@ -25,7 +25,7 @@ import (
 // priority classes in two post-start hooks, and /readyz waits for both. Both
 // upstream hooks start with wait.Poll(1*time.Second, ...), which sleeps a
 // whole second before the first attempt: every start of every configuration,
-// upstream's included, spent that second doing nothing (docs/PERFORMANCE.md,
+// upstream's included, spends that second doing nothing (docs/PERFORMANCE.md,
 // "Start-up"). edgeplane replaces them with hooks that do the same work from
 // the same upstream data (bootstrappolicy, SystemPriorityClasses) with the
 // same reconciliation, but try at once and then every second, for the same

@@ -3,6 +3,7 @@ package chain
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,5 +106,29 @@ func TestWriteAuthenticationConfig(t *testing.T) {
 	want := []string{"/healthz", "/livez", "/readyz", "/api/v1/namespaces/kube-public/configmaps/cluster-info"}
 	if !doc.Anonymous.Enabled || !slices.Equal(paths, want) {
 		t.Errorf("anonymous = %v %q, want exactly the paths %q", doc.Anonymous.Enabled, paths, want)
+	}
+}
+
+// TestValidateNeedsKubeletCA: a chain without a CA for kubelets is refused,
+// since upstream's kubelet client would then skip verifying kubelets.
+func TestValidateNeedsKubeletCA(t *testing.T) {
+	files := Files{ServingCert: "s.crt", ServingKey: "s.key", ClientCA: "c.crt", FrontProxyCA: "f.crt",
+		ServiceAccountKey: "sa.key", ServiceAccountPub: "sa.pub", KubeletCA: "k.crt"}
+	for _, tt := range []struct {
+		name    string
+		kubelet string
+		wantErr bool
+	}{
+		{"with a kubelet CA", "k.crt", false},
+		{"without", "", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := files
+			f.KubeletCA = tt.kubelet
+			err := (&Config{Files: f}).validate()
+			if got := err != nil && strings.Contains(err.Error(), "chain: no kubelet CA file"); got != tt.wantErr {
+				t.Errorf("validate() = %v; want a kubelet CA error: %v", err, tt.wantErr)
+			}
+		})
 	}
 }

@@ -22,7 +22,7 @@ import (
 // Files are the PKI files the chain serves and authenticates with.
 type Files struct {
 	ServingCert, ServingKey string // the apiserver's serving pair, signed by the cluster CA
-	ClusterCA               string // verifies kubelet serving certs
+	KubeletCA               string // verifies kubelet serving certs: the kubelet-serving CA bundle
 	ClientCA                string // verifies client certificates (admin, controllers, kubelets)
 	FrontProxyCA            string // verifies the request-header (aggregation) proxy client
 	FrontProxyClientCert    string
@@ -61,6 +61,11 @@ type Config struct {
 	NoServiceEndpoint bool
 	// Day2 holds secrets encryption and audit logging (optional).
 	Day2 Day2
+	// AllowPrivileged admits pods with privileged containers (upstream's
+	// --allow-privileged; false refuses them, upstream's default). It is
+	// process-wide (k8s.io/kubernetes/pkg/capabilities): a kubelet in the
+	// same process has the same setting.
+	AllowPrivileged bool
 	// CompactionInterval is how often the API server compacts the datastore
 	// (0 turns compaction off).
 	CompactionInterval time.Duration
@@ -99,6 +104,8 @@ func (c *Config) validate() error {
 	for name, path := range map[string]string{
 		"serving cert": c.Files.ServingCert, "serving key": c.Files.ServingKey,
 		"client CA": c.Files.ClientCA, "front-proxy CA": c.Files.FrontProxyCA,
+		// Without it the API server would not verify kubelets at all.
+		"kubelet CA":          c.Files.KubeletCA,
 		"service-account key": c.Files.ServiceAccountKey, "service-account public key": c.Files.ServiceAccountPub,
 	} {
 		if path == "" {

@@ -19,7 +19,7 @@ import (
 // The /openapi/v3 discovery lists every group-version's document with the
 // hash of that document's JSON, so answering it means building and encoding
 // all ~60 documents: 0.3 s of CPU, and the aggregator asks for it inside
-// PrepareRun, so every start waited for it before /readyz could pass
+// PrepareRun, so every start would wait for it before /readyz could pass
 // (docs/PERFORMANCE.md, "Start-up"). The documents are a function of the
 // binary, the group-versions' routes and the feature gates, so the discovery
 // is kept in the state dir under a key made of exactly those, and a restart

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+	"k8s.io/kubernetes/pkg/capabilities"
 )
 
 // Authorization modes and admission plugins edgeplane always runs with.
@@ -65,12 +66,13 @@ func buildOptions(c *Config, authnConfigFile string) (*options.ServerRunOptions,
 	// Authorization and admission.
 	s.Authorization.Modes = authorizationModes
 	s.Admission.GenericAdmission.EnablePlugins = extraAdmission
+	s.AllowPrivileged = c.AllowPrivileged
 
 	// Services and the kubelet connection.
 	s.ServiceClusterIPRanges = c.ServiceCIDR.String()
 	s.KubeletConfig.TLSClientConfig.CertFile = c.Files.KubeletClientCert
 	s.KubeletConfig.TLSClientConfig.KeyFile = c.Files.KubeletClientKey
-	s.KubeletConfig.TLSClientConfig.CAFile = c.Files.ClusterCA
+	s.KubeletConfig.TLSClientConfig.CAFile = c.Files.KubeletCA
 	// Dial kubelets by address first: node names need not resolve (an edge
 	// LAN rarely has DNS for its boards), and the kubelet's serving
 	// certificate holds its addresses.
@@ -83,4 +85,24 @@ func buildOptions(c *Config, authnConfigFile string) (*options.ServerRunOptions,
 	applyDay2(s, c.Day2)
 	applyTuningOptions(s, c.Tuning)
 	return s, nil
+}
+
+// checkAllowPrivileged checks, once upstream has built the API server's
+// configuration, that the process-wide setting it validates pods with is
+// allow. Upstream sets it with the first call only (capabilities.Setup in
+// CreateKubeAPIServerConfig), so something that set it before would
+// silently win.
+func checkAllowPrivileged(allow bool) error {
+	if got := capabilities.Get().AllowPrivileged; got != allow {
+		return fmt.Errorf("chain: privileged containers are to be %s, but this process has them %s already (set before the API server was built)",
+			allowed(allow), allowed(got))
+	}
+	return nil
+}
+
+func allowed(allow bool) string {
+	if allow {
+		return "allowed"
+	}
+	return "refused"
 }

@@ -177,6 +177,9 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: build config: %w", err)
 	}
+	if err := checkAllowPrivileged(c.AllowPrivileged); err != nil {
+		return nil, nil, err
+	}
 	steps.done("config")
 	// Taken before tune turns the upstream hooks they replace off.
 	hooks := bootstrapHooks(config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks)

@@ -141,8 +141,9 @@ func newChainEnv(t *testing.T, ctx context.Context) *chainEnv {
 	return &chainEnv{dir: dir, pki: pki, store: store, advertise: advertise}
 }
 
-// newServer is a chain on a fresh loopback listener; it returns the address.
-func (e *chainEnv) newServer(t *testing.T, stateDir string) (*Server, string) {
+// newServer is a chain on a fresh loopback listener, its Config changed by
+// adjust; it returns the address.
+func (e *chainEnv) newServer(t *testing.T, stateDir string, adjust ...func(*Config)) (*Server, string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -150,18 +151,22 @@ func (e *chainEnv) newServer(t *testing.T, stateDir string) (*Server, string) {
 	}
 	_, serviceCIDR, _ := net.ParseCIDR("10.43.0.0/16")
 	p, sc := e.pki, e.store.Client()
-	s, err := New(Config{
+	cfg := Config{
 		Listener: l, AdvertiseAddress: e.advertise, ServiceCIDR: serviceCIDR, ClusterDomain: "cluster.local",
 		StateDir: stateDir,
 		Files: Files{
 			ServingCert: p.APIServerServing.Cert, ServingKey: p.APIServerServing.Key,
-			ClusterCA: p.ServerCA.Cert, ClientCA: p.ClientCA.Cert, FrontProxyCA: p.FrontProxyCA.Cert,
+			KubeletCA: p.KubeletServingCABundle, ClientCA: p.ClientCA.Cert, FrontProxyCA: p.FrontProxyCA.Cert,
 			FrontProxyClientCert: p.FrontProxyClient.Cert, FrontProxyClientKey: p.FrontProxyClient.Key,
 			KubeletClientCert: p.APIServerKubeletClient.Cert, KubeletClientKey: p.APIServerKubeletClient.Key,
 			ServiceAccountKey: p.ServiceAccountKey, ServiceAccountPub: p.ServiceAccountPub,
 		},
 		Storage: Storage{Endpoints: sc.Endpoints, CAFile: sc.CAFile, CertFile: sc.CertFile, KeyFile: sc.KeyFile},
-	})
+	}
+	for _, f := range adjust {
+		f(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

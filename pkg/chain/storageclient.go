@@ -106,12 +106,12 @@ func (g sharedClientsGetter) GetRESTOptions(resource schema.GroupResource, examp
 		return o, err
 	}
 	// Only storage behind the watch cache shares; uncached storage and the
-	// compactor keep their own clients, as upstream's. (The split was made for
-	// kine's watch service, which answered a progress request on a stream only
-	// when every watch on it had seen the current revision, so a watch without
-	// progress notifications held the watch caches back. The watch hub that
-	// replaced it in pkg/datastore has no such limit; the split stays as
-	// upstream has it.)
+	// compactor keep their own clients, as upstream's. (kine's own watch
+	// service answers a progress request on a stream only when every watch on
+	// it has seen the current revision, so a watch without progress
+	// notifications on the shared stream would hold the watch caches back. The
+	// watch hub in pkg/datastore, which serves in its place, has no such limit;
+	// the split stays as upstream has it.)
 	cached, err := g.cachedByUpstream(resource)
 	if err != nil {
 		return generic.RESTOptions{}, err

@@ -28,6 +28,8 @@ func newTestFlags() *testFlags {
 	t.fs.StringVar(&t.mode, "write-kubeconfig-mode", "0600", "")
 	t.fs.BoolVar(&t.allocate, "allocate-node-cidrs", false, "")
 	t.fs.String("config", DefaultPath, "")
+	t.fs.Bool("help", false, "")
+	t.fs.Bool("version", false, "")
 	return t
 }
 
@@ -149,6 +151,13 @@ func TestLoad(t *testing.T) {
 			name:    "config key is refused",
 			main:    "config: /other.yaml\n",
 			wantErr: []string{":1: key \"config\" is not allowed"},
+		},
+		{
+			// A command decides on --help and --version before it reads
+			// its config file: set there, they would be ignored.
+			name:    "help and version are refused",
+			main:    "version: true\nhelp: true\n",
+			wantErr: []string{":1: key \"version\" is not allowed", ":2: key \"help\" is not allowed"},
 		},
 		{
 			name:    "not a mapping",

@@ -27,6 +27,11 @@ type entry struct {
 
 func (e entry) where() string { return fmt.Sprintf("%s:%d", e.file, e.line) }
 
+// commandLineOnly are flags a config file cannot set: they ask a command for
+// something else than its work (help, the version), which the command
+// decides before it reads the file.
+var commandLineOnly = map[string]bool{"help": true, "version": true}
+
 // maxAliasDepth bounds alias chains (a: &x ..., b: *x) so that a hostile file
 // cannot make the walk loop.
 const maxAliasDepth = 8
@@ -83,12 +88,12 @@ func parse(file string, data []byte, flags *pflag.FlagSet) (entries []entry, err
 			continue
 		}
 		seen[key] = k.Line
-		if key == "config" {
+		if key == "config" || commandLineOnly[key] {
 			bad("key %q is not allowed in a config file", key)
 			continue
 		}
 		f := flags.Lookup(key)
-		if f == nil || key == "help" {
+		if f == nil {
 			bad("unknown key %q%s", key, suggest(key, flags))
 			continue
 		}
@@ -260,7 +265,7 @@ func yamlError(err error) string {
 func suggest(key string, flags *pflag.FlagSet) string {
 	best, bestDist := "", 3
 	flags.VisitAll(func(f *pflag.Flag) {
-		if f.Name == "config" || f.Name == "help" {
+		if f.Name == "config" || commandLineOnly[f.Name] {
 			return
 		}
 		if d := distance(key, f.Name, bestDist); d < bestDist {

@@ -22,7 +22,8 @@ import (
 )
 
 // readyPollInterval is how often Ready looks for the default ServiceAccount
-// (a ~1 ms Get on loopback; it was 100 ms, on average 50 ms of every start).
+// (a ~1 ms Get on loopback; at 100 ms it would cost 50 ms of every start on
+// average).
 const readyPollInterval = 25 * time.Millisecond
 
 // eventLogLevel is the verbosity at which the controller-manager logs the
@@ -135,9 +136,9 @@ func waitControllers(ctx context.Context, client kubernetes.Interface, informing
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	// A Get every readyPollInterval. A watch (list, then watch) was tried: no
-	// faster on a first start, 50-80 ms slower on a restart, where the
-	// account exists and the first Get finds it.
+	// A Get every readyPollInterval. A watch (list, then watch) is no faster
+	// on a first start and 50-80 ms slower on a restart, where the account
+	// exists and the first Get finds it.
 	return wait.PollUntilContextCancel(ctx, readyPollInterval, true, func(ctx context.Context) (bool, error) {
 		_, err := client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil

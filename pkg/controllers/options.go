@@ -43,9 +43,13 @@ type Options struct {
 	// PKI gives the CA, key and kubeconfig paths written by certs.Ensure:
 	// ControllerManagerKubeconfig and SchedulerKubeconfig (client certs for
 	// system:kube-controller-manager and system:kube-scheduler), AdminKubeconfig
-	// (to create the node bootstrap RBAC), ClientCA and ServerCA (CSR signers),
-	// ServiceAccountKey (legacy service-account token secrets).
+	// (to create the node bootstrap RBAC), ClientCA and KubeletServingCA (CSR
+	// signers), ServerCA (kube-root-ca.crt), ServiceAccountKey (legacy
+	// service-account token secrets).
 	PKI *certs.PKI
+	// LeafValidity is the server's leaf lifetime (0: the default), from
+	// which certs.SigningDuration derives the CSR signing duration.
+	LeafValidity time.Duration
 
 	// ClusterCIDR is the pod network: one CIDR, or an IPv4 and an IPv6 CIDR
 	// separated by a comma. Empty means DefaultClusterCIDR.
@@ -106,7 +110,8 @@ func (o *Options) Validate() []error {
 		{"client CA certificate", o.PKI.ClientCA.Cert},
 		{"client CA key", o.PKI.ClientCA.Key},
 		{"cluster CA certificate", o.PKI.ServerCA.Cert},
-		{"cluster CA key", o.PKI.ServerCA.Key},
+		{"kubelet-serving CA certificate", o.PKI.KubeletServingCA.Cert},
+		{"kubelet-serving CA key", o.PKI.KubeletServingCA.Key},
 		{"service-account key", o.PKI.ServiceAccountKey},
 	} {
 		if f.path == "" {

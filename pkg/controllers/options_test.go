@@ -42,6 +42,7 @@ current-context: local
 	p := &certs.PKI{
 		Dir:                         dir,
 		ServerCA:                    certs.KeyPair{Cert: filepath.Join(dir, "server-ca.crt"), Key: filepath.Join(dir, "server-ca.key")},
+		KubeletServingCA:            certs.KeyPair{Cert: filepath.Join(dir, "kubelet-serving-ca.crt"), Key: filepath.Join(dir, "kubelet-serving-ca.key")},
 		ClientCA:                    certs.KeyPair{Cert: filepath.Join(dir, "client-ca.crt"), Key: filepath.Join(dir, "client-ca.key")},
 		ServiceAccountKey:           filepath.Join(dir, "sa.key"),
 		AdminKubeconfig:             filepath.Join(dir, "admin.kubeconfig"),
@@ -69,6 +70,8 @@ func TestValidate(t *testing.T) {
 	pki := testPKI(t)
 	noSA := *pki
 	noSA.ServiceAccountKey = ""
+	noKubeletCA := *pki
+	noKubeletCA.KubeletServingCA.Key = ""
 	cases := []struct {
 		name string
 		opts Options
@@ -77,6 +80,7 @@ func TestValidate(t *testing.T) {
 		{name: "defaults", opts: Options{PKI: pki}},
 		{name: "no PKI", opts: Options{}, want: []string{"no PKI"}},
 		{name: "missing path", opts: Options{PKI: &noSA}, want: []string{"service-account key"}},
+		{name: "no kubelet-serving CA", opts: Options{PKI: &noKubeletCA}, want: []string{"kubelet-serving CA key"}},
 		{name: "service CIDR apart", opts: Options{PKI: pki, ServiceCIDR: cidr(t, "10.43.0.0/16"), AllocateNodeCIDRs: true}},
 		{name: "dual stack", opts: Options{PKI: pki, ClusterCIDR: "10.42.0.0/16, fd00:42::/56", AllocateNodeCIDRs: true}},
 		{name: "not a CIDR", opts: Options{PKI: pki, ClusterCIDR: "10.42.0.0"}, want: []string{"--cluster-cidr"}},
@@ -130,6 +134,16 @@ func TestControllerManagerOptions(t *testing.T) {
 				eq(t, "large cluster size threshold", s.NodeLifecycleController.LargeClusterSizeThreshold, int32(50))
 				eq(t, "unhealthy zone threshold", s.NodeLifecycleController.UnhealthyZoneThreshold, float32(0.55))
 				eq(t, "node monitor grace period", s.NodeLifecycleController.NodeMonitorGracePeriod.Duration, 50*time.Second)
+				// Upstream's default, one year: the kubelet-serving
+				// transition (pkg/certs) lasts as long.
+				eq(t, "signing duration", s.CSRSigningController.ClusterSigningDuration.Duration, 365*24*time.Hour)
+			},
+		},
+		{
+			name: "test lifetimes",
+			opts: Options{PKI: pki, LeafValidity: 90 * time.Second},
+			check: func(t *testing.T, s *cmoptions.KubeControllerManagerOptions) {
+				eq(t, "signing duration", s.CSRSigningController.ClusterSigningDuration.Duration, 90*time.Second)
 			},
 		},
 		{
@@ -182,8 +196,10 @@ func TestControllerManagerOptions(t *testing.T) {
 			eq(t, "kubelet-client signer", s.CSRSigningController.KubeletClientSignerConfiguration.CertFile, pki.ClientCA.Cert)
 			eq(t, "kubelet-client signer key", s.CSRSigningController.KubeletClientSignerConfiguration.KeyFile, pki.ClientCA.Key)
 			eq(t, "kube-apiserver-client signer", s.CSRSigningController.KubeAPIServerClientSignerConfiguration.CertFile, pki.ClientCA.Cert)
-			eq(t, "kubelet-serving signer", s.CSRSigningController.KubeletServingSignerConfiguration.CertFile, pki.ServerCA.Cert)
-			eq(t, "kubelet-serving signer key", s.CSRSigningController.KubeletServingSignerConfiguration.KeyFile, pki.ServerCA.Key)
+			// Its own CA, never the server CA that clients trust for the API server.
+			eq(t, "kubelet-serving signer", s.CSRSigningController.KubeletServingSignerConfiguration.CertFile, pki.KubeletServingCA.Cert)
+			eq(t, "kubelet-serving signer key", s.CSRSigningController.KubeletServingSignerConfiguration.KeyFile, pki.KubeletServingCA.Key)
+			eq(t, "signing duration", s.CSRSigningController.ClusterSigningDuration.Duration, certs.SigningDuration(tc.opts.LeafValidity))
 			eq(t, "legacy-unknown signer", s.CSRSigningController.LegacyUnknownSignerConfiguration.CertFile, "")
 			eq(t, "SA key", s.SAController.ServiceAccountKeyFile, pki.ServiceAccountKey)
 			eq(t, "root CA", s.SAController.RootCAFile, pki.ServerCA.Cert)

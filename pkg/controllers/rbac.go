@@ -22,14 +22,22 @@ const (
 	selfNodeClientRole   = "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"
 )
 
+// RetiredAutoApproveBinding granted upstream's nodeclient auto-approval to
+// every bootstrap token: the csrapproving controller then signed a client
+// certificate for whatever node name a node token asked, the server's own
+// node included. Node token requests are edgeplane's CSR approver's to
+// decide (pkg/csrapprover), and EnsureNodeBootstrapRBAC deletes this
+// binding where an earlier version made it.
+const RetiredAutoApproveBinding = "edgeplane:node-autoapprove-bootstrap"
+
 // NodeBootstrapBindings are the ClusterRoleBindings that let a kubelet join
-// with a bootstrap token, as kubeadm sets them up: any bootstrap token may
-// create a CSR, the csrapproving controller approves client CSRs a bootstrap
-// token made for itself, and nodes may renew their own client certificates.
+// with a bootstrap token: any bootstrap token may create a CSR (which
+// edgeplane's CSR approver decides, binding the node name to the key of its
+// first request), and nodes may renew their own client certificates
+// (upstream's csrapproving controller approves those).
 func NodeBootstrapBindings() []*rbacv1.ClusterRoleBinding {
 	return []*rbacv1.ClusterRoleBinding{
 		groupBinding("edgeplane:kubelet-bootstrap", nodeBootstrapperRole, bootstrapapi.BootstrapDefaultGroup),
-		groupBinding("edgeplane:node-autoapprove-bootstrap", nodeClientRole, bootstrapapi.BootstrapDefaultGroup),
 		groupBinding("edgeplane:node-autoapprove-certificate-rotation", selfNodeClientRole, user.NodesGroup),
 	}
 }
@@ -45,13 +53,16 @@ func groupBinding(name, role, group string) *rbacv1.ClusterRoleBinding {
 	}
 }
 
-// EnsureNodeBootstrapRBAC creates the NodeBootstrapBindings that are missing.
-// Existing bindings of those names are left as they are, so an operator who
-// changed or emptied one (to turn automatic approval off) keeps that choice;
-// deleting one brings it back on the next start. Transient API errors are
-// retried for a few seconds.
+// EnsureNodeBootstrapRBAC deletes RetiredAutoApproveBinding and creates the
+// NodeBootstrapBindings that are missing. Existing bindings of those names
+// are left as they are, so an operator who changed or emptied one (to turn
+// automatic approval off) keeps that choice; deleting one brings it back on
+// the next start. Transient API errors are retried for a few seconds.
 func EnsureNodeBootstrapRBAC(ctx context.Context, client kubernetes.Interface) error {
 	logger := klog.FromContext(ctx)
+	if err := deleteRetired(ctx, client); err != nil {
+		return err
+	}
 	for _, b := range NodeBootstrapBindings() {
 		var lastErr error
 		backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 6, Cap: 5 * time.Second}
@@ -76,6 +87,36 @@ func EnsureNodeBootstrapRBAC(ctx context.Context, client kubernetes.Interface) e
 			}
 			return fmt.Errorf("create ClusterRoleBinding %s: %w", b.Name, err)
 		}
+	}
+	return nil
+}
+
+// deleteRetired deletes RetiredAutoApproveBinding, retrying transient
+// errors: while it exists, any node token gets a client certificate for
+// any node name.
+func deleteRetired(ctx context.Context, client kubernetes.Interface) error {
+	var lastErr error
+	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 6, Cap: 5 * time.Second}
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		err := client.RbacV1().ClusterRoleBindings().Delete(ctx, RetiredAutoApproveBinding, metav1.DeleteOptions{})
+		switch {
+		case err == nil:
+			klog.FromContext(ctx).Info("Deleted the retired ClusterRoleBinding that let upstream approve any node token's client certificate", "name", RetiredAutoApproveBinding)
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+			return false, err
+		default:
+			lastErr = err
+			return false, nil
+		}
+	})
+	if err != nil {
+		if lastErr != nil {
+			err = lastErr
+		}
+		return fmt.Errorf("delete ClusterRoleBinding %s: %w", RetiredAutoApproveBinding, err)
 	}
 	return nil
 }

@@ -16,7 +16,10 @@ import (
 
 func TestEnsureNodeBootstrapRBAC(t *testing.T) {
 	ctx := context.Background()
-	tightened := groupBinding("edgeplane:node-autoapprove-bootstrap", nodeClientRole, "someone-else")
+	tightened := groupBinding("edgeplane:node-autoapprove-certificate-rotation", selfNodeClientRole, "someone-else")
+	// What an earlier version made: upstream's nodeclient auto-approval for
+	// every bootstrap token.
+	retired := groupBinding(RetiredAutoApproveBinding, nodeClientRole, "system:bootstrappers")
 	cases := []struct {
 		name     string
 		existing []runtime.Object
@@ -26,10 +29,9 @@ func TestEnsureNodeBootstrapRBAC(t *testing.T) {
 		want map[string]string
 	}{
 		{
-			name: "creates all",
+			name: "creates all, and no auto-approval of node token requests",
 			want: map[string]string{
 				"edgeplane:kubelet-bootstrap":                     "system:bootstrappers",
-				"edgeplane:node-autoapprove-bootstrap":            "system:bootstrappers",
 				"edgeplane:node-autoapprove-certificate-rotation": "system:nodes",
 			},
 		},
@@ -37,8 +39,16 @@ func TestEnsureNodeBootstrapRBAC(t *testing.T) {
 			name:     "keeps an operator's change",
 			existing: []runtime.Object{tightened},
 			want: map[string]string{
-				"edgeplane:kubelet-bootstrap":          "system:bootstrappers",
-				"edgeplane:node-autoapprove-bootstrap": "someone-else",
+				"edgeplane:kubelet-bootstrap":                     "system:bootstrappers",
+				"edgeplane:node-autoapprove-certificate-rotation": "someone-else",
+			},
+		},
+		{
+			name:     "deletes the retired auto-approval on an upgraded cluster",
+			existing: []runtime.Object{retired},
+			want: map[string]string{
+				"edgeplane:kubelet-bootstrap":                     "system:bootstrappers",
+				"edgeplane:node-autoapprove-certificate-rotation": "system:nodes",
 			},
 		},
 		{
@@ -66,6 +76,19 @@ func TestEnsureNodeBootstrapRBAC(t *testing.T) {
 			if !tc.wantErr {
 				if err := EnsureNodeBootstrapRBAC(ctx, client); err != nil {
 					t.Fatalf("second run: %v", err)
+				}
+			}
+			if !tc.wantErr {
+				// No binding may grant upstream's nodeclient approval: node
+				// token requests are the CSR approver's.
+				list, err := client.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, b := range list.Items {
+					if b.RoleRef.Name == nodeClientRole {
+						t.Errorf("ClusterRoleBinding %s grants %s to %+v", b.Name, nodeClientRole, b.Subjects)
+					}
 				}
 			}
 			for name, group := range tc.want {

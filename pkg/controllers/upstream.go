@@ -10,6 +10,8 @@ import (
 	schedoptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	signerconfig "k8s.io/kubernetes/pkg/controller/certificates/signer/config"
 	"k8s.io/kubernetes/pkg/controller/nodeipam/ipam"
+
+	"github.com/edgeplane/edgeplane/pkg/certs"
 )
 
 // Lease names in kube-system: the upstream ones, which the bootstrap RBAC
@@ -93,15 +95,19 @@ func controllerManagerOptions(o *Options) (*cmoptions.KubeControllerManagerOptio
 	}
 
 	// CSR signing, one CA per signer. Client certificates must chain to the CA
-	// the API server trusts for client auth; kubelet serving certificates to the
-	// cluster CA that clients already trust for serving. Upstream silently skips
-	// csrsigning when no signer files are set. legacy-unknown stays unsigned.
+	// the API server trusts for client auth; kubelet serving certificates to
+	// the kubelet-serving CA, which only the API server trusts (never the
+	// cluster CA that clients trust for the API server: a node could then
+	// pose as it). Upstream silently skips csrsigning when no signer files
+	// are set. legacy-unknown stays unsigned. The signing duration is the one
+	// pkg/certs bases the kubelet-serving transition on.
 	client := signerconfig.CSRSigningConfiguration{CertFile: pki.ClientCA.Cert, KeyFile: pki.ClientCA.Key}
 	s.CSRSigningController.KubeletClientSignerConfiguration = client
 	s.CSRSigningController.KubeAPIServerClientSignerConfiguration = client
 	s.CSRSigningController.KubeletServingSignerConfiguration = signerconfig.CSRSigningConfiguration{
-		CertFile: pki.ServerCA.Cert, KeyFile: pki.ServerCA.Key,
+		CertFile: pki.KubeletServingCA.Cert, KeyFile: pki.KubeletServingCA.Key,
 	}
+	s.CSRSigningController.ClusterSigningDuration.Duration = certs.SigningDuration(o.LeafValidity)
 
 	// Service accounts: legacy token secrets are signed with our key, and the
 	// cluster CA is published as kube-root-ca.crt in every namespace.
@@ -143,8 +149,8 @@ func schedulerOptions(o *Options) (*schedoptions.Options, error) {
 // have their defaults only in NodeLifecycleControllerOptions.AddFlags, so
 // options built in Go leave them 0. With an eviction rate of 0 the controller
 // never adds the NoExecute taint to a node that stopped reporting (only the
-// NoSchedule one), and the pods of a dead node were never evicted (found by
-// bench/cmd/nodes -kill). Registering those flags on a throwaway flag set
+// NoSchedule one), so the pods of a dead node are never evicted (bench/cmd/nodes
+// -kill shows it). Registering those flags on a throwaway flag set
 // writes the defaults into the struct, whatever upstream makes them.
 // TestNodeLifecycleFlagDefaultsDebt fails once upstream defaults the struct.
 func nodeLifecycleFlagDefaults(s *cmoptions.KubeControllerManagerOptions) {

@@ -50,6 +50,8 @@ const (
 	ReasonUsages           = "UsagesNotAllowed"
 	ReasonSANs             = "SANsNotAllowed"
 	ReasonSANNotOfNode     = "SANNotOfNode"
+	ReasonSANOfAPIServer   = "SANNamesAPIServer"
+	ReasonSANOfOtherNode   = "SANOfAnotherNode"
 	ReasonNodeNotFound     = "NodeNotFound"
 	ReasonNodeHasNoAddress = "NodeHasNoAddresses"
 )
@@ -84,14 +86,22 @@ func NodeOf(csr *certificatesv1.CertificateSigningRequest) string {
 }
 
 // Decide judges a kubelet serving request. node is the Node the requester
-// names (nil when there is none). Every problem is listed in the message;
-// the reason is the first problem's. The request alone is judged first: a
-// malformed one is denied whether or not its Node exists.
-func Decide(csr *certificatesv1.CertificateSigningRequest, node *corev1.Node) Decision {
+// names (nil when there is none); reserved is what no node, or no other
+// node, may have a certificate for. Every problem is listed in the
+// message; the reason is the first problem's. The request alone is judged
+// first: a malformed one, or one that names the API server or another
+// node, is denied whether or not its Node exists.
+func Decide(csr *certificatesv1.CertificateSigningRequest, node *corev1.Node, reserved Reserved) Decision {
 	name, req, problems := checkRequest(csr)
 	d := Decision{Node: name}
 	if name == "" {
 		d.Node = NodeOf(csr)
+	}
+	var forbidden map[string]bool // SANs already said to be reserved
+	if req != nil {
+		var p []problem
+		p, forbidden = checkReserved(req, name, reserved)
+		problems = append(problems, p...)
 	}
 	hasAddresses := node != nil && len(nodeAddresses(node)) > 0
 	switch {
@@ -102,7 +112,7 @@ func Decide(csr *certificatesv1.CertificateSigningRequest, node *corev1.Node) De
 		return Decision{Verdict: WaitForNode, Node: name, Reason: ReasonNodeHasNoAddress,
 			Message: fmt.Sprintf("node %q has no addresses in its status to check the certificate's names against", name)}
 	case req != nil && name != "" && hasAddresses:
-		problems = append(problems, checkSANs(req, node)...)
+		problems = append(problems, checkSANs(req, node, forbidden)...)
 	}
 	if len(problems) == 0 {
 		d.Verdict, d.Reason = Approve, ReasonApproved
@@ -209,8 +219,48 @@ func checkUsages(usages []certificatesv1.KeyUsage) string {
 		certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth, certificatesv1.UsageKeyEncipherment)
 }
 
-// checkSANs lists every DNS and IP SAN that is not one of node's addresses.
-func checkSANs(req *x509.CertificateRequest, node *corev1.Node) []problem {
+// checkReserved lists every DNS and IP SAN that names the API server, this
+// host, or a node other than self, whatever node self reports as its own
+// addresses: a Node's addresses are written by its kubelet. It returns
+// the SANs it found (as sanKey) so that they are said once.
+func checkReserved(req *x509.CertificateRequest, self string, reserved Reserved) ([]problem, map[string]bool) {
+	var problems []problem
+	found := map[string]bool{}
+	add := func(kind, san, rule, whose string) {
+		reason := ReasonSANOfAPIServer
+		switch rule {
+		case ruleWildcard:
+			reason = ReasonSANs
+		case ruleOtherName:
+			reason = ReasonSANOfOtherNode
+		default:
+			if strings.HasPrefix(rule, ruleOtherAddress) {
+				reason = ReasonSANOfOtherNode
+			}
+		}
+		msg := fmt.Sprintf("%s SAN %q names %s (rule: no node's serving certificate may name %s)", kind, san, whose, rule)
+		if whose == "" {
+			msg = fmt.Sprintf("%s SAN %q is %s", kind, san, rule)
+		}
+		problems = append(problems, problem{reason, msg})
+		found[kind+" "+san] = true
+	}
+	for _, dns := range req.DNSNames {
+		if rule, whose := reserved.dnsRule(dns, self); rule != "" {
+			add("DNS", dns, rule, whose)
+		}
+	}
+	for _, ip := range req.IPAddresses {
+		if rule, whose := reserved.ipRule(ip, self); rule != "" {
+			add("IP", ip.String(), rule, whose)
+		}
+	}
+	return problems, found
+}
+
+// checkSANs lists every DNS and IP SAN that is not one of node's
+// addresses, but those in said (already reported by checkReserved).
+func checkSANs(req *x509.CertificateRequest, node *corev1.Node, said map[string]bool) []problem {
 	addrs := nodeAddresses(node)
 	var have []string
 	for _, a := range addrs {
@@ -218,11 +268,17 @@ func checkSANs(req *x509.CertificateRequest, node *corev1.Node) []problem {
 	}
 	var problems []problem
 	for _, dns := range req.DNSNames {
-		if !slices.ContainsFunc(addrs, func(a corev1.NodeAddress) bool { return strings.EqualFold(a.Address, dns) }) {
+		if said["DNS "+dns] {
+			continue
+		}
+		if !slices.ContainsFunc(addrs, func(a corev1.NodeAddress) bool { return dnsKey(a.Address) == dnsKey(dns) }) {
 			problems = append(problems, problem{ReasonSANNotOfNode, fmt.Sprintf("DNS SAN %q is not an address of node %s (its addresses: %s)", dns, node.Name, strings.Join(have, ", "))})
 		}
 	}
 	for _, ip := range req.IPAddresses {
+		if said["IP "+ip.String()] {
+			continue
+		}
 		if !slices.ContainsFunc(addrs, func(a corev1.NodeAddress) bool { return ip.Equal(net.ParseIP(a.Address)) }) {
 			problems = append(problems, problem{ReasonSANNotOfNode, fmt.Sprintf("IP SAN %s is not an address of node %s (its addresses: %s)", ip, node.Name, strings.Join(have, ", "))})
 		}

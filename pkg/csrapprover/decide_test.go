@@ -118,8 +118,10 @@ func TestDecide(t *testing.T) {
 		{name: "IP only", req: with(func(r *request) { r.dns = nil }), node: nodeA, want: Approve, reason: ReasonApproved},
 		{name: "foreign IP", req: with(func(r *request) { r.ips = []string{"192.0.2.10", "192.0.2.99"} }), node: nodeA,
 			want: Deny, reason: ReasonSANNotOfNode, said: []string{"IP SAN 192.0.2.99 is not an address of node edge-a", "edge-a.example.com"}},
-		{name: "foreign DNS name", req: with(func(r *request) { r.dns = []string{"edge-a", "kubernetes.default.svc"} }), node: nodeA,
-			want: Deny, reason: ReasonSANNotOfNode, said: []string{`DNS SAN "kubernetes.default.svc" is not an address of node edge-a`}},
+		{name: "foreign DNS name", req: with(func(r *request) { r.dns = []string{"edge-a", "edge-z.example"} }), node: nodeA,
+			want: Deny, reason: ReasonSANNotOfNode, said: []string{`DNS SAN "edge-z.example" is not an address of node edge-a`}},
+		{name: "the API server's name, not reported", req: with(func(r *request) { r.dns = []string{"edge-a", "kubernetes.default.svc"} }), node: nodeA,
+			want: Deny, reason: ReasonSANOfAPIServer, said: []string{`DNS SAN "kubernetes.default.svc" names the API server`}},
 		{name: "foreign DNS name and IP, both said", req: with(func(r *request) { r.dns = []string{"evil.example"}; r.ips = []string{"203.0.113.1"} }), node: nodeA,
 			want: Deny, reason: ReasonSANNotOfNode, said: []string{`"evil.example"`, "203.0.113.1"}},
 		{name: "IP of another address type is not a DNS name", req: with(func(r *request) { r.dns = []string{"192.0.2.10.nip.io"} }), node: nodeA,
@@ -181,7 +183,12 @@ func TestDecide(t *testing.T) {
 			csr := servingCSR("csr-1", requester, groups, usages, pemReq)
 			csr.Spec.SignerName = signer
 
-			d := Decide(csr, tc.node)
+			var reserved Reserved
+			reserved.APIServer = testAPIServer
+			if tc.node != nil {
+				reserved.Nodes = []*corev1.Node{tc.node}
+			}
+			d := Decide(csr, tc.node, reserved)
 			t.Logf("%s %s: %s", d.Verdict, d.Reason, d.Message)
 			if d.Verdict != tc.want || d.Reason != tc.reason {
 				t.Fatalf("got %s (%s), want %s (%s): %s", d.Verdict, d.Reason, tc.want, tc.reason, d.Message)
@@ -196,6 +203,123 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testAPIServer is an API server with every kind of name.
+var testAPIServer = APIServer{
+	ClusterDomain:    "cluster.local",
+	ServiceIPs:       []net.IP{net.ParseIP("10.43.0.1"), net.ParseIP("fd00:43::1")},
+	AdvertiseAddress: net.ParseIP("192.0.2.1"),
+	BindAddress:      net.ParseIP("192.0.2.2"),
+	Hostname:         "ctl-1",
+	TLSSANs:          []string{"api.example.com", "*.edge.example.com", "203.0.113.50"},
+}
+
+// TestDecideReservedSANs: a serving request for any name of the API
+// server, of this host, or of another node is denied, naming the SAN and
+// the rule, even when the requesting node reports that name as its own
+// address (a kubelet writes its Node's addresses).
+func TestDecideReservedSANs(t *testing.T) {
+	nodeB := testNode("edge-b",
+		addr(corev1.NodeHostName, "edge-b"),
+		addr(corev1.NodeInternalIP, "192.0.2.20"),
+		addr(corev1.NodeExternalDNS, "edge-b.example.net"))
+	reservedFor := func(self *corev1.Node) Reserved {
+		return Reserved{
+			APIServer: testAPIServer,
+			Endpoints: []net.IP{net.ParseIP("192.0.2.3"), net.ParseIP("2001:db8::3")},
+			Nodes:     []*corev1.Node{self, nodeB},
+		}
+	}
+	type sanCase struct {
+		name   string
+		node   string // the requester's node name; default edge-a
+		dns    string
+		ip     string
+		reason string
+		said   []string
+	}
+	api, other := ReasonSANOfAPIServer, ReasonSANOfOtherNode
+	tests := []sanCase{
+		{name: "service short name", dns: "kubernetes", reason: api, said: []string{`DNS SAN "kubernetes" names the API server`, ruleServiceName}},
+		{name: "service name in namespace", dns: "kubernetes.default", reason: api, said: []string{ruleServiceName}},
+		{name: "service name .svc", dns: "kubernetes.default.svc", reason: api, said: []string{ruleServiceName}},
+		{name: "service full name", dns: "kubernetes.default.svc.cluster.local", reason: api, said: []string{ruleServiceName}},
+		{name: "service full name, upper case, root dot", dns: "Kubernetes.Default.SVC.cluster.local.", reason: api, said: []string{ruleServiceName}},
+		{name: "a node named kubernetes.default.svc", node: "kubernetes.default.svc", dns: "kubernetes.default.svc", reason: api, said: []string{ruleServiceName}},
+		{name: "service IPv4", ip: "10.43.0.1", reason: api, said: []string{`IP SAN "10.43.0.1" names the API server`, ruleServiceIP}},
+		{name: "service IPv6", ip: "fd00:43::1", reason: api, said: []string{ruleServiceIP}},
+		{name: "service IP as a DNS SAN", dns: "10.43.0.1", reason: api, said: []string{ruleServiceIP}},
+		{name: "localhost", dns: "localhost", reason: api, said: []string{`DNS SAN "localhost"`, ruleLocalhost}},
+		{name: "a name under localhost", dns: "api.localhost", reason: api, said: []string{ruleLocalhost}},
+		{name: "127.0.0.1", ip: "127.0.0.1", reason: api, said: []string{ruleLoopback}},
+		{name: "elsewhere in 127/8", ip: "127.8.9.10", reason: api, said: []string{ruleLoopback}},
+		{name: "::1", ip: "::1", reason: api, said: []string{ruleLoopback}},
+		{name: "unspecified", ip: "0.0.0.0", reason: api, said: []string{ruleUnspecified}},
+		{name: "advertise address", ip: "192.0.2.1", reason: api, said: []string{ruleAdvertise}},
+		{name: "bind address", ip: "192.0.2.2", reason: api, said: []string{ruleBind}},
+		{name: "server host name", dns: "ctl-1", reason: api, said: []string{ruleHostname}},
+		{name: "tls-san name", dns: "api.example.com", reason: api, said: []string{ruleTLSSAN, "(api.example.com)"}},
+		{name: "under a tls-san wildcard", dns: "edge-a.edge.example.com", reason: api, said: []string{ruleTLSSAN, "(*.edge.example.com)"}},
+		{name: "tls-san IP", ip: "203.0.113.50", reason: api, said: []string{ruleTLSSAN, "(203.0.113.50)"}},
+		{name: "another API server (EndpointSlice)", ip: "192.0.2.3", reason: api, said: []string{ruleEndpoint}},
+		{name: "another API server, IPv6", ip: "2001:db8::3", reason: api, said: []string{ruleEndpoint}},
+		{name: "another node's name", dns: "edge-b", reason: other, said: []string{`DNS SAN "edge-b" names node edge-b`, ruleOtherName}},
+		{name: "another node's InternalIP", ip: "192.0.2.20", reason: other, said: []string{"names node edge-b", ruleOtherAddress + " (InternalIP)"}},
+		{name: "another node's ExternalDNS", dns: "EDGE-B.example.net", reason: other, said: []string{ruleOtherAddress + " (ExternalDNS)"}},
+		{name: "a wildcard", dns: "*.default.svc", reason: ReasonSANs, said: []string{`DNS SAN "*.default.svc" is a wildcard`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			self := tc.node
+			if self == "" {
+				self = "edge-a"
+			}
+			// The node reports the name as its own, as a kubelet can.
+			node := testNode(self, addr(corev1.NodeInternalIP, "192.0.2.10"), addr(corev1.NodeHostName, self))
+			r := request{cn: "system:node:" + self, orgs: []string{"system:nodes"}, ips: []string{"192.0.2.10"}}
+			if tc.dns != "" {
+				node.Status.Addresses = append(node.Status.Addresses, addr(corev1.NodeExternalDNS, tc.dns))
+				r.dns = []string{tc.dns}
+			}
+			if tc.ip != "" {
+				node.Status.Addresses = append(node.Status.Addresses, addr(corev1.NodeExternalIP, tc.ip))
+				r.ips = append(r.ips, tc.ip)
+			}
+			csr := servingCSR("csr", "system:node:"+self, []string{"system:nodes"}, kubeletUsages, x509Request(t, r))
+			d := Decide(csr, node, reservedFor(node))
+			t.Logf("%s %s: %s", d.Verdict, d.Reason, d.Message)
+			if d.Verdict != Deny || d.Reason != tc.reason {
+				t.Fatalf("got %s (%s), want denied (%s): %s", d.Verdict, d.Reason, tc.reason, d.Message)
+			}
+			for _, s := range tc.said {
+				if !strings.Contains(d.Message, s) {
+					t.Errorf("message %q does not say %q", d.Message, s)
+				}
+			}
+			if strings.Contains(d.Message, "is not an address of node") {
+				t.Errorf("message %q says the SAN twice", d.Message)
+			}
+		})
+	}
+
+	t.Run("a normal node is approved", func(t *testing.T) {
+		node := testNode("edge-a", addr(corev1.NodeHostName, "edge-a"), addr(corev1.NodeInternalIP, "192.0.2.10"),
+			addr(corev1.NodeInternalIP, "2001:db8::10"), addr(corev1.NodeInternalDNS, "edge-a.lan"))
+		r := request{cn: "system:node:edge-a", orgs: []string{"system:nodes"}, dns: []string{"edge-a", "edge-a.lan"}, ips: []string{"192.0.2.10", "2001:db8::10"}}
+		csr := servingCSR("csr", "system:node:edge-a", []string{"system:nodes"}, kubeletUsages, x509Request(t, r))
+		if d := Decide(csr, node, reservedFor(node)); d.Verdict != Approve {
+			t.Fatalf("got %s (%s): %s", d.Verdict, d.Reason, d.Message)
+		}
+	})
+
+	t.Run("a reserved name is denied before the Node exists", func(t *testing.T) {
+		r := request{cn: "system:node:edge-new", orgs: []string{"system:nodes"}, dns: []string{"kubernetes"}}
+		csr := servingCSR("csr", "system:node:edge-new", []string{"system:nodes"}, kubeletUsages, x509Request(t, r))
+		if d := Decide(csr, nil, reservedFor(testNode("edge-new"))); d.Verdict != Deny || d.Reason != ReasonSANOfAPIServer {
+			t.Fatalf("got %s (%s): %s; want denied at once", d.Verdict, d.Reason, d.Message)
+		}
+	})
 }
 
 func TestNodeOf(t *testing.T) {

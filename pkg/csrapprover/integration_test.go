@@ -12,6 +12,8 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/testing/testapiserver"
 	"github.com/edgeplane/edgeplane/pkg/controllers"
+	"github.com/edgeplane/edgeplane/pkg/nodeidentity"
 )
 
 // TestApproverAgainstAPIServer runs the approver against a real API server
@@ -71,6 +74,14 @@ func TestApproverAgainstAPIServer(t *testing.T) {
 	createNode(t, ctx, admin, "edge-a", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.99.0.10"},
 		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "edge-a"})
 	createNode(t, ctx, admin, "edge-b", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.99.0.11"})
+	// The API server's own address is left out of the approver's
+	// options: it finds it in the kubernetes Service's EndpointSlice.
+	endpoint := apiServerEndpoint(t, ctx, admin)
+	// edge-evil reports the API server's names as its own addresses.
+	createNode(t, ctx, admin, "edge-evil", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.99.0.66"},
+		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "kubernetes.default.svc.cluster.local"},
+		corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "10.43.0.1"},
+		corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: endpoint.String()})
 
 	// A request decided before the approver starts stays as it is.
 	predecided := createCSR(t, ctx, asNode("edge-a"), "predecided", request{cn: "system:node:edge-a", orgs: []string{"system:nodes"}, ips: []string{"10.99.0.10"}})
@@ -88,12 +99,29 @@ func TestApproverAgainstAPIServer(t *testing.T) {
 	if err := EnsureRBAC(ctx, admin, "system:kube-controller-manager"); err != nil {
 		t.Fatalf("EnsureRBAC again: %v", err)
 	}
+	// A widened role is narrowed back.
+	widened := ClusterRole()
+	widened.Rules = append(widened.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list"}})
+	if _, err := admin.RbacV1().ClusterRoles().Update(ctx, widened, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureRBAC(ctx, admin, "system:kube-controller-manager"); err != nil {
+		t.Fatal(err)
+	}
+	if cr, err := admin.RbacV1().ClusterRoles().Get(ctx, ClusterRoleName, metav1.GetOptions{}); err != nil || !equality.Semantic.DeepEqual(cr.Rules, ClusterRole().Rules) {
+		t.Fatalf("ClusterRole after EnsureRBAC: %+v, %v; want its rules narrowed back", cr, err)
+	}
+	if rb, err := admin.RbacV1().RoleBindings(nodeidentity.Namespace).Get(ctx, RecordsRoleName, metav1.GetOptions{}); err != nil || rb.Subjects[0].Name != "system:kube-controller-manager" {
+		t.Fatalf("RoleBinding %s: %+v, %v", RecordsRoleName, rb, err)
+	}
 	approverCfg, err := clientcmd.BuildConfigFromFlags("", pki.ControllerManagerKubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const nodeWait = 8 * time.Second
-	c, err := New(kubernetes.NewForConfigOrDie(approverCfg), Options{NodeWait: nodeWait})
+	c, err := New(kubernetes.NewForConfigOrDie(approverCfg), Options{NodeWait: nodeWait, APIServer: APIServer{
+		ClusterDomain: "cluster.local", ServiceIPs: []net.IP{net.ParseIP("10.43.0.1")},
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,14 +139,21 @@ func TestApproverAgainstAPIServer(t *testing.T) {
 		said   []string
 	}{
 		{name: "own-addresses", client: asNode("edge-a"), req: nodeA, want: certificatesv1.CertificateApproved, reason: ReasonApproved},
-		{name: "foreign-ip", client: asNode("edge-a"), req: request{cn: nodeA.cn, orgs: nodeA.orgs, dns: nodeA.dns, ips: []string{"10.99.0.10", "10.99.0.66"}},
-			want: certificatesv1.CertificateDenied, reason: ReasonSANNotOfNode, said: []string{"IP SAN 10.99.0.66 is not an address of node edge-a"}},
-		{name: "foreign-dns", client: asNode("edge-a"), req: request{cn: nodeA.cn, orgs: nodeA.orgs, dns: []string{"edge-a", "kubernetes.default"}},
-			want: certificatesv1.CertificateDenied, reason: ReasonSANNotOfNode, said: []string{`DNS SAN "kubernetes.default"`}},
+		{name: "foreign-ip", client: asNode("edge-a"), req: request{cn: nodeA.cn, orgs: nodeA.orgs, dns: nodeA.dns, ips: []string{"10.99.0.10", "10.99.0.77"}},
+			want: certificatesv1.CertificateDenied, reason: ReasonSANNotOfNode, said: []string{"IP SAN 10.99.0.77 is not an address of node edge-a"}},
+		{name: "foreign-dns", client: asNode("edge-a"), req: request{cn: nodeA.cn, orgs: nodeA.orgs, dns: []string{"edge-a", "edge-z.example"}},
+			want: certificatesv1.CertificateDenied, reason: ReasonSANNotOfNode, said: []string{`DNS SAN "edge-z.example"`}},
+		// edge-evil reports the API server's names as its own addresses.
+		{name: "reported-service-name", client: asNode("edge-evil"), req: request{cn: "system:node:edge-evil", orgs: nodeA.orgs, dns: []string{"kubernetes.default.svc.cluster.local"}},
+			want: certificatesv1.CertificateDenied, reason: ReasonSANOfAPIServer, said: []string{`DNS SAN "kubernetes.default.svc.cluster.local" names the API server`}},
+		{name: "reported-service-ip", client: asNode("edge-evil"), req: request{cn: "system:node:edge-evil", orgs: nodeA.orgs, ips: []string{"10.43.0.1"}},
+			want: certificatesv1.CertificateDenied, reason: ReasonSANOfAPIServer, said: []string{ruleServiceIP}},
+		{name: "reported-endpoint", client: asNode("edge-evil"), req: request{cn: "system:node:edge-evil", orgs: nodeA.orgs, ips: []string{endpoint.String()}},
+			want: certificatesv1.CertificateDenied, reason: ReasonSANOfAPIServer, said: []string{ruleEndpoint}},
 		{name: "not-a-node", client: admin, req: nodeA,
 			want: certificatesv1.CertificateDenied, reason: ReasonNotANode, said: []string{`requester "admin" is not a node`}},
 		{name: "other-nodes-ip", client: asNode("edge-b"), req: request{cn: "system:node:edge-b", orgs: nodeA.orgs, dns: []string{"edge-b"}, ips: []string{"10.99.0.10"}},
-			want: certificatesv1.CertificateDenied, reason: ReasonSANNotOfNode, said: []string{`DNS SAN "edge-b" is not an address of node edge-b`, "IP SAN 10.99.0.10 is not an address of node edge-b"}},
+			want: certificatesv1.CertificateDenied, reason: ReasonSANOfOtherNode, said: []string{`DNS SAN "edge-b" is not an address of node edge-b`, `IP SAN "10.99.0.10" names node edge-a`}},
 		{name: "no-such-node", client: asNode("ghost"), req: request{cn: "system:node:ghost", orgs: nodeA.orgs, ips: []string{"10.99.0.20"}},
 			want: certificatesv1.CertificateDenied, reason: ReasonNodeNotFound, said: []string{`node "ghost" does not exist`, "it waits 8s"}},
 	}
@@ -240,6 +275,28 @@ func TestApproverAgainstAPIServer(t *testing.T) {
 			return apierrors.IsForbidden(err), nil
 		})
 	})
+}
+
+// apiServerEndpoint is the API server's address in the kubernetes
+// Service's EndpointSlice, once it is there.
+func apiServerEndpoint(t *testing.T, ctx context.Context, admin kubernetes.Interface) net.IP {
+	t.Helper()
+	var ip net.IP
+	poll(t, ctx, "the kubernetes Service's EndpointSlice", time.Minute, func(ctx context.Context) (bool, error) {
+		list, err := admin.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
+		if err != nil {
+			return false, err
+		}
+		for _, s := range list.Items {
+			for _, e := range s.Endpoints {
+				for _, a := range e.Addresses {
+					ip = net.ParseIP(a)
+				}
+			}
+		}
+		return ip != nil, nil
+	})
+	return ip
 }
 
 // createNode creates a Node and sets its addresses, as a kubelet

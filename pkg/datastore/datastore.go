@@ -148,7 +148,7 @@ const (
 const maxCommitWindow = time.Second
 
 // DefaultCommitWindow is --sqlite-commit-window's default (docs/PERFORMANCE.md,
-// "Group commit").
+// "Group commit and checkpoints").
 const DefaultCommitWindow = 0
 
 func (o *Options) sqliteSync() string {

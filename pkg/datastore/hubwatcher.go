@@ -12,13 +12,13 @@ import (
 // hubWatcher is etcd's client Watcher for the API server in this process,
 // served by the watch hub directly.
 //
-// Through etcd's adapters (inprocess.go) every event still took the path of
-// a remote watch: the hub's stream sender handed it to the adapter's pipe,
-// where the etcd client's receiving goroutine took it, passed it to the
-// stream's dispatching goroutine, which passed it to the watch's own
-// goroutine, which put it on the watch's channel: four goroutines in turn
+// Through etcd's adapters (inprocess.go) every event would take the path of
+// a remote watch: the hub's stream sender hands it to the adapter's pipe,
+// where the etcd client's receiving goroutine takes it, passes it to the
+// stream's dispatching goroutine, which passes it to the watch's own
+// goroutine, which puts it on the watch's channel: four goroutines in turn
 // between the hub and the API server's watcher, each waiting for a core
-// under load (docs/PERFORMANCE.md, "Where the SQLite watch tail sits").
+// under load (docs/PERFORMANCE.md, "Requests on SQLite").
 // Here each watch is a stream of the hub's with one watch, and one goroutine
 // takes its queue and puts it on the watch's channel, as the etcd client
 // does for a watch: events and progress notifications in order, a Created

@@ -17,8 +17,8 @@ import (
 // Group commit. At synchronous(FULL) every SQLite commit appends the pages
 // it changed to the WAL and fsyncs it before kine answers. kine (v0.17.5)
 // writes each key in a transaction of its own (SQLLog.Append: BEGIN, one
-// INSERT, COMMIT), so every node's Lease renewal (every 10 s) was a commit
-// of its own: ~12 WAL frames (the table's last leaf, a leaf of each of kine's
+// INSERT, COMMIT), so every node's Lease renewal (every 10 s) would be a
+// commit of its own: ~12 WAL frames (the table's last leaf, a leaf of each of kine's
 // six indexes, the sequence row) and an fsync, however many other renewals
 // arrived in the same few milliseconds (docs/PERFORMANCE.md, "What a node
 // costs"). etcd's raft does that work once per batch of entries that arrive

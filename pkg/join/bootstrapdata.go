@@ -24,6 +24,7 @@ import (
 // shared; each server issues its own from the shared CAs.
 var SharedFiles = []string{
 	"tls/server-ca.crt", "tls/server-ca.key",
+	"tls/kubelet-serving-ca.crt", "tls/kubelet-serving-ca.key",
 	"tls/client-ca.crt", "tls/client-ca.key",
 	"tls/front-proxy-ca.crt", "tls/front-proxy-ca.key",
 	"tls/etcd/ca.crt", "tls/etcd/ca.key",

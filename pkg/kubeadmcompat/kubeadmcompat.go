@@ -14,10 +14,14 @@
 //
 // kubeadm's CSR bindings (kubeadm:kubelet-bootstrap,
 // kubeadm:node-autoapprove-bootstrap and
-// kubeadm:node-autoapprove-certificate-rotation) are not created: edgeplane's
-// controllers.NodeBootstrapBindings grant the same ClusterRoles to
-// system:bootstrappers (every bootstrap token, kubeadm's node group included)
-// and system:nodes, under edgeplane: names.
+// kubeadm:node-autoapprove-certificate-rotation) are not created:
+// edgeplane's controllers.NodeBootstrapBindings let system:bootstrappers
+// (every bootstrap token, kubeadm's node group included) create CSRs and
+// system:nodes renew their own certificates, under edgeplane: names. There
+// is no twin of kubeadm:node-autoapprove-bootstrap: a node token's client
+// certificate request is edgeplane's CSR approver's to decide
+// (pkg/csrapprover), which binds a node name to the key of its first
+// request.
 package kubeadmcompat
 
 import (

@@ -64,6 +64,9 @@ func (k *Kubelet) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := allowPrivileged(k.opts.AllowPrivileged); err != nil {
+		return err
+	}
 	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(s.KubeletConfiguration.FeatureGates); err != nil {
 		return fmt.Errorf("kubelet: feature gates: %w", err)
 	}

@@ -95,6 +95,11 @@ type Options struct {
 	Port        int32
 	HealthzPort int32
 
+	// AllowPrivileged lets the kubelet run privileged containers: the
+	// server's --allow-privileged, which its API server enforces on every
+	// pod it admits; the kubelet enforces it on static pods.
+	AllowPrivileged bool
+
 	// PodLogsDir is where containers' logs go (KubeletConfiguration
 	// podLogsDir); empty means upstream's /var/log/pods.
 	PodLogsDir string

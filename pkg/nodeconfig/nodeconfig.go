@@ -1,8 +1,10 @@
 // Package nodeconfig is what a server tells joining nodes about the cluster
 // beyond cluster-info: the CA of the clients allowed to call a kubelet (the
-// API server's kubelet client certificate chains to it) and the cluster DNS
-// settings. It lives in the ConfigMap kube-system/edgeplane-node-config,
-// readable by nodes and by bootstrap tokens, nothing else: an agent reads it
+// API server's kubelet client certificate chains to it), the CA that signs
+// kubelet serving certificates, the cluster DNS settings and whether nodes
+// run privileged containers. It lives in the ConfigMap
+// kube-system/edgeplane-node-config, readable by nodes and by bootstrap
+// tokens, nothing else: an agent reads it
 // with its bootstrap token over a connection already pinned to the cluster
 // CA, before its kubelet starts.
 package nodeconfig
@@ -32,20 +34,27 @@ const (
 	roleName  = "edgeplane:node-config-reader"
 
 	keyClientCA      = "client-ca.crt"
+	keyKubeletCA     = "kubelet-serving-ca.crt"
 	keyClusterDomain = "cluster-domain"
 	keyClusterDNS    = "cluster-dns"
 	keyClusterCIDR   = "cluster-cidr"
 	keyFlannel       = "flannel-backend"
 	keyKubeProxy     = "kube-proxy-mode"
 	keyLease         = "node-lease-duration"
+	keyPrivileged    = "allow-privileged"
 )
 
 // Config is the cluster's settings for nodes.
 type Config struct {
 	// ClientCA is the PEM of the CA that signs the API server's kubelet
 	// client certificate.
-	ClientCA      []byte
-	ClusterDomain string
+	ClientCA []byte
+	// KubeletServingCA is the PEM of the CA that signs kubelet serving
+	// certificates (a public certificate: nodes use it to tell a serving
+	// certificate from before it, signed by the cluster CA, and replace
+	// it). Empty from a server that predates it.
+	KubeletServingCA []byte
+	ClusterDomain    string
 	// ClusterDNS is the cluster DNS Service's address(es); may be empty.
 	ClusterDNS []net.IP
 	// ClusterCIDR is the pod network (the server's --cluster-cidr).
@@ -60,6 +69,11 @@ type Config struct {
 	// (LeaseDuration of the server's --node-heartbeat); 0: the kubelet's
 	// default. Published in whole seconds.
 	NodeLeaseDuration time.Duration
+	// AllowPrivileged is the server's --allow-privileged: whether the
+	// kubelets run privileged containers (a static pod's never reach the
+	// API server's check). A server that published none (older than the
+	// flag) refused them, as upstream's API server does by default: false.
+	AllowPrivileged bool
 }
 
 // Publish creates or updates the ConfigMap and its reader Role and binding.
@@ -73,10 +87,14 @@ func Publish(ctx context.Context, client kubernetes.Interface, c Config) error {
 			keyClusterCIDR:   c.ClusterCIDR,
 			keyFlannel:       c.FlannelBackend,
 			keyKubeProxy:     c.KubeProxyMode,
+			keyPrivileged:    strconv.FormatBool(c.AllowPrivileged),
 		},
 	}
 	if c.NodeLeaseDuration > 0 {
 		cm.Data[keyLease] = strconv.Itoa(int(c.NodeLeaseDuration / time.Second))
+	}
+	if len(c.KubeletServingCA) > 0 {
+		cm.Data[keyKubeletCA] = string(c.KubeletServingCA)
 	}
 	role := &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: roleName, Namespace: Namespace, Labels: managedBy},
@@ -137,14 +155,22 @@ func Fetch(ctx context.Context, client kubernetes.Interface) (Config, error) {
 		return Config{}, wrap(err)
 	}
 	c := Config{
-		ClientCA:       []byte(cm.Data[keyClientCA]),
-		ClusterDomain:  cm.Data[keyClusterDomain],
-		ClusterCIDR:    cm.Data[keyClusterCIDR],
-		FlannelBackend: cm.Data[keyFlannel],
-		KubeProxyMode:  cm.Data[keyKubeProxy],
+		ClientCA:         []byte(cm.Data[keyClientCA]),
+		KubeletServingCA: []byte(cm.Data[keyKubeletCA]),
+		ClusterDomain:    cm.Data[keyClusterDomain],
+		ClusterCIDR:      cm.Data[keyClusterCIDR],
+		FlannelBackend:   cm.Data[keyFlannel],
+		KubeProxyMode:    cm.Data[keyKubeProxy],
 	}
 	if len(c.ClientCA) == 0 {
 		return Config{}, errors.New("nodeconfig: the server published no client CA: upgrade the server")
+	}
+	if s := cm.Data[keyPrivileged]; s != "" {
+		allow, err := strconv.ParseBool(s)
+		if err != nil {
+			return Config{}, fmt.Errorf("nodeconfig: %s/%s key %s: %q is not true or false", Namespace, Name, keyPrivileged, s)
+		}
+		c.AllowPrivileged = allow
 	}
 	if s := cm.Data[keyLease]; s != "" {
 		secs, err := strconv.Atoi(s)

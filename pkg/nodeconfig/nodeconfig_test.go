@@ -48,6 +48,67 @@ func TestPublishFetch(t *testing.T) {
 	}
 }
 
+// TestAllowPrivileged: the setting goes through the ConfigMap both ways; a
+// ConfigMap without it (a server older than --allow-privileged, whose API
+// server refused privileged containers) reads as false; a bad value is an
+// error naming the key.
+func TestAllowPrivileged(t *testing.T) {
+	tests := []struct {
+		name    string
+		publish *bool  // nil: publish nothing, edit the ConfigMap instead
+		edit    string // the key's value; "-": remove the key
+		want    bool
+		wantErr string
+	}{
+		{name: "allowed", publish: ptr(true), want: true},
+		{name: "refused", publish: ptr(false), want: false},
+		{name: "an older server published none", edit: "-", want: false},
+		{name: "not a boolean", edit: "yes please", wantErr: `key allow-privileged: "yes please" is not true or false`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := fake.NewClientset()
+			in := Config{ClientCA: []byte("ca")}
+			if tt.publish != nil {
+				in.AllowPrivileged = *tt.publish
+			}
+			if err := Publish(ctx, client, in); err != nil {
+				t.Fatal(err)
+			}
+			if tt.publish == nil {
+				cm, err := client.CoreV1().ConfigMaps(Namespace).Get(ctx, Name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tt.edit == "-" {
+					delete(cm.Data, keyPrivileged)
+				} else {
+					cm.Data[keyPrivileged] = tt.edit
+				}
+				if _, err := client.CoreV1().ConfigMaps(Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := Fetch(ctx, client)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Fetch: %v, want an error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.AllowPrivileged != tt.want {
+				t.Errorf("AllowPrivileged = %v, want %v", out.AllowPrivileged, tt.want)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
 func TestFetchBadLease(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset()
@@ -90,5 +151,39 @@ func TestDefaultHeartbeatIsUpstreams(t *testing.T) {
 	}
 	if got := MonitorGracePeriod(DefaultHeartbeat); got != 50*time.Second {
 		t.Errorf("MonitorGracePeriod(DefaultHeartbeat) = %s, upstream's --node-monitor-grace-period is 50s", got)
+	}
+}
+
+// TestKubeletServingCA: the kubelet-serving CA a server publishes reaches
+// nodes under its own key, and a server from before it publishes none.
+func TestKubeletServingCA(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		ca   string
+	}{
+		{"published", "-----BEGIN CERTIFICATE-----\nkubelet-serving\n-----END CERTIFICATE-----\n"},
+		{"a server from before it", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := fake.NewClientset()
+			if err := Publish(ctx, client, Config{ClientCA: []byte("client"), KubeletServingCA: []byte(tt.ca)}); err != nil {
+				t.Fatal(err)
+			}
+			cm, err := client.CoreV1().ConfigMaps(Namespace).Get(ctx, Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := cm.Data["kubelet-serving-ca.crt"]; got != tt.ca || ok != (tt.ca != "") {
+				t.Errorf("kubelet-serving-ca.crt = %q (present %v), want %q", got, ok, tt.ca)
+			}
+			out, err := Fetch(ctx, client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(out.KubeletServingCA) != tt.ca || string(out.ClientCA) != "client" {
+				t.Errorf("Fetch: kubelet-serving CA %q, client CA %q; want %q, %q", out.KubeletServingCA, out.ClientCA, tt.ca, "client")
+			}
+		})
 	}
 }

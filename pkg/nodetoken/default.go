@@ -60,6 +60,58 @@ func EnsureDefault(ctx context.Context, client kubernetes.Interface, dataDir str
 		}
 		logger.Info("The default node token's Secret is gone (revoked): replacing the token", "oldID", cur.ID, "file", filepath.Join(dataDir, FileName))
 	}
+	t, err := newDefault(ctx, client, dataDir, caHash)
+	if err != nil {
+		return Token{}, err
+	}
+	logger.Info("Created the default node token", "id", t.ID, "file", filepath.Join(dataDir, FileName))
+	return t, nil
+}
+
+// RotateDefault replaces the default node token of the server on dataDir:
+// a new token (pinned to caPEM, never expiring) is written to
+// <dataDir>/node-token and its Secret created, then the old token's Secret
+// is deleted, which revokes it (Delete waits until cluster-info no longer
+// carries its signature). Nodes that joined with the old token keep their
+// certificates. It returns both tokens; old is the zero Token when the
+// data dir had none.
+func RotateDefault(ctx context.Context, client kubernetes.Interface, dataDir string, caPEM []byte) (old, cur Token, err error) {
+	old, ok, err := ReadFile(dataDir)
+	if err != nil {
+		return Token{}, Token{}, err
+	}
+	cur, err = newDefault(ctx, client, dataDir, join.CAHash(caPEM))
+	if err != nil {
+		if ok {
+			// The old token still works: keep it in the file.
+			if werr := WriteFile(dataDir, old); werr != nil {
+				err = errors.Join(err, werr)
+			}
+		}
+		return Token{}, Token{}, err
+	}
+	if !ok {
+		return Token{}, cur, nil
+	}
+	// The old token may be gone already (deleted by hand): only a
+	// failure to delete it is an error.
+	err = client.CoreV1().Secrets(namespace).Delete(ctx, bootstraputil.BootstrapTokenSecretName(old.ID), metav1.DeleteOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return old, cur, fmt.Errorf("the new default node token is in %s, but revoking the old one (%s) failed: %w; delete it with `edgeplane token delete %s`",
+			filepath.Join(dataDir, FileName), old.ID, err, old.ID)
+	}
+	if err := waitUnsigned(ctx, client, old.ID); err != nil {
+		return old, cur, err
+	}
+	return old, cur, nil
+}
+
+// newDefault makes a new default node token: the file first, then its
+// Secret, so that a crash in between leaves a file whose Secret is
+// missing, which the next start replaces (EnsureDefault).
+func newDefault(ctx context.Context, client kubernetes.Interface, dataDir, caHash string) (Token, error) {
 	for range 3 { // a random ID may be taken
 		s, err := bootstraputil.GenerateBootstrapToken()
 		if err != nil {
@@ -70,8 +122,6 @@ func EnsureDefault(ctx context.Context, client kubernetes.Interface, dataDir str
 			return Token{}, err
 		}
 		t.CAHash = caHash
-		// The file first: a crash before the Secret exists leaves a file
-		// whose Secret is missing, which the next start replaces.
 		if err := WriteFile(dataDir, t); err != nil {
 			return Token{}, err
 		}
@@ -82,10 +132,9 @@ func EnsureDefault(ctx context.Context, client kubernetes.Interface, dataDir str
 		if err != nil {
 			return Token{}, fmt.Errorf("creating the default node token: %w", err)
 		}
-		logger.Info("Created the default node token", "id", t.ID, "file", filepath.Join(dataDir, FileName))
 		return t, nil
 	}
-	return Token{}, errors.New("creating the default node token: three random token IDs were taken; restart to try again")
+	return Token{}, errors.New("creating the default node token: three random token IDs were taken; try again")
 }
 
 // isLive reports whether t's Secret exists with t's secret.

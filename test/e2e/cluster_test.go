@@ -33,6 +33,23 @@ type twoNodeOptions struct {
 	// ServerArgs and AgentArgs are extra flags.
 	ServerArgs []string
 	AgentArgs  []string
+	// PerQoSCgroups runs both kubelets with the product's cgroup layout
+	// (per-QoS cgroups, node allocatable enforced on the pods) instead of
+	// agentKubeletArgs' flat one, each under a cgroup root of its own
+	// (testCgroupRoot: /<node's namespace>). The root is this host's need,
+	// not a product default: kubelets of other tests on the host would
+	// take pod cgroups under a shared /kubepods for orphans and kill them.
+	PerQoSCgroups bool
+}
+
+// kubeletArgs are a node's kubelet flags of opts (ns: the node's network
+// namespace, which names its cgroup root).
+func (opts twoNodeOptions) kubeletArgs(t *testing.T, ns string) []string {
+	if !opts.PerQoSCgroups {
+		return agentKubeletArgs(t)
+	}
+	return append(kubeletPorts(t), "--kubelet-arg=cgroup-root="+testCgroupRoot(t, ns),
+		"--pod-logs-dir", t.TempDir()) // not the host's /var/log/pods: its kubelet would remove the other's logs
 }
 
 // twoNodeCluster is a running two-node cluster.
@@ -179,6 +196,8 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		ipCmd(t, "-n", side.ns, "link", "set", "lo", "up")
 	}
 
+	// Before containerd: the cgroup roots are removed after the pods are.
+	serverKubelet, agentKubelet := opts.kubeletArgs(t, c.ServerNS), opts.kubeletArgs(t, c.AgentNS)
 	c.ServerCtrd = testcontainerd.Start(t, testcontainerd.Options{Netns: c.ServerNS})
 	c.AgentCtrd = testcontainerd.Start(t, testcontainerd.Options{Netns: c.AgentNS})
 
@@ -191,12 +210,13 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		"--container-runtime-endpoint", c.ServerCtrd.Endpoint, "--cni-conf-dir", c.ServerCtrd.CNIConfDir,
 		"--pause-image", testimage.DefaultPauseName, "--node-name", c.ServerNode, "--node-ip", c.ServerIP,
 		"--coredns-image", testimage.DefaultCoreDNSName,
-	}, agentKubeletArgs(t)...) // ports, and a pod log dir of its own
-	// agentKubeletArgs for the server's kubelet too: a kubelet with
-	// per-QoS cgroups treats pod cgroups under /kubepods that it does not
-	// know as orphans and kills their processes, so two of them on one host
-	// (this test's and another test's server-as-node) kill each other's
-	// pods (seen: a shim killed 50 ms after StartContainer).
+	}, serverKubelet...) // ports, and a pod log dir of its own
+	// agentKubeletArgs (or a cgroup root of its own) for the server's
+	// kubelet too: a kubelet with per-QoS cgroups treats pod cgroups under
+	// /kubepods that it does not know as orphans and kills their processes,
+	// so two of them on one host (this test's and another test's
+	// server-as-node) kill each other's pods (seen: a shim killed 50 ms
+	// after StartContainer).
 	serverArgs = append(serverArgs, opts.ServerArgs...)
 	c.Server = startServerCmd(t, dataDir, nsenterCmd(c.ServerNS, serverArgs...))
 	c.Server.useAddress(t, "https://"+c.ServerIP+":6443")
@@ -208,7 +228,7 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		"--node-name", c.AgentNode, "--node-ip", c.AgentIP,
 		"--container-runtime-endpoint", c.AgentCtrd.Endpoint, "--cni-conf-dir", c.AgentCtrd.CNIConfDir,
 		"--pause-image", testimage.DefaultPauseName,
-	}, agentKubeletArgs(t)...)
+	}, agentKubelet...)
 	c.agentArgs = append(c.agentArgs, opts.AgentArgs...)
 	c.Agent = startAgentCmd(t, nsenterCmd(c.AgentNS, c.agentArgs...))
 

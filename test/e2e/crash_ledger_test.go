@@ -74,9 +74,11 @@ func newCrashLedger(writers, objects int) *crashLedger {
 
 // crashCycle counts one write-and-kill cycle.
 type crashCycle struct {
-	acked, unknown int
-	minWriter      int           // fewest writes one writer got acknowledged
-	ran            time.Duration // from the first acknowledged write to the kill
+	acked     int
+	unknown   int           // requests in flight at the kill (outcome unknown)
+	failed    int           // requests that failed before the kill with an unknown outcome (crashMaxFailedBeforeKill)
+	minWriter int           // fewest writes one writer got acknowledged
+	ran       time.Duration // from the first acknowledged write to the kill
 }
 
 // crashFloorWait is how long past run the kill waits for the floors of
@@ -151,6 +153,7 @@ func (l *crashLedger) writeAndKill(t *testing.T, s *server, seed, ds, cycle uint
 	for _, c := range counts {
 		sum.acked += c.acked
 		sum.unknown += c.unknown
+		sum.failed += c.failed
 		sum.minWriter = min(sum.minWriter, c.acked)
 	}
 	return sum
@@ -201,11 +204,12 @@ func (l *crashLedger) write(ctx context.Context, c *kubernetes.Clientset, w int,
 				o.pending = nil
 				l.violate("writer %d: %s %s (seq %d) refused: %v", w, o.op, o.name, l.seq[w], err)
 			} else {
-				res.unknown++
 				select {
 				case <-killed:
+					res.unknown++
 					return res
 				default:
+					res.failed++
 					l.mu.Lock()
 					l.notes = append(l.notes, fmt.Sprintf("writer %d: %s %s failed before the kill (outcome unknown; the writer goes on without it): %v", w, o.op, o.name, err))
 					l.mu.Unlock()

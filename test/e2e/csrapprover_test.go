@@ -27,7 +27,7 @@ import (
 
 // TestNodeServingCertificate: the kubelet of a server that is its own node
 // asks for a serving certificate; the server approves it (its names are the
-// node's), the controller-manager signs it with the cluster CA, and the
+// node's), the controller-manager signs it with the kubelet-serving CA, and the
 // kubelet serves it. A request for an address that is not the node's is
 // denied.
 func TestNodeServingCertificate(t *testing.T) {
@@ -46,9 +46,9 @@ func TestNodeServingCertificate(t *testing.T) {
 	for _, a := range node.Status.Addresses {
 		own[a.Address] = true
 	}
-	serverCA := readCertFile(t, filepath.Join(s.dataDir, "tls", "server-ca.crt"))
+	kubeletCA := readCertFile(t, filepath.Join(s.dataDir, "tls", "kubelet-serving-ca.crt"))
 	roots := x509.NewCertPool()
-	roots.AddCert(serverCA)
+	roots.AddCert(kubeletCA)
 
 	// The kubelet's own request.
 	issued := map[string]*x509.Certificate{} // by serial
@@ -83,7 +83,7 @@ func TestNodeServingCertificate(t *testing.T) {
 	}
 	for _, cert := range issued {
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-			t.Errorf("issued certificate does not verify against the cluster CA: %v", err)
+			t.Errorf("issued certificate does not verify against the kubelet-serving CA: %v", err)
 		}
 		for _, name := range cert.DNSNames {
 			if !own[name] {

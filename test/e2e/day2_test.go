@@ -71,12 +71,12 @@ func TestDay2Operations(t *testing.T) {
 
 			t.Run("certs check", func(t *testing.T) {
 				out := cli(t, 0, "certs", "check", "--data-dir", dir)
-				for _, name := range []string{"server-ca", "etcd-ca", "apiserver", "etcd-server", "admin", "controller-manager", "scheduler"} {
+				for _, name := range []string{"server-ca", "kubelet-serving-ca", "etcd-ca", "apiserver", "etcd-server", "admin", "controller-manager", "scheduler"} {
 					if !regexp.MustCompile(`(?m)^` + name + `\s+CN=`).MatchString(out) {
 						t.Errorf("no line for %s:\n%s", name, out)
 					}
 				}
-				wantText(t, out, "All 12 certificates are valid for more than 30d")
+				wantText(t, out, "All 13 certificates are valid for more than 30d")
 				wantText(t, out, "kubernetes.default.svc.cluster.local") // SANs
 				// Leaves live a year, CAs ten: a 400-day horizon flags the leaves only.
 				out = cli(t, 1, "certs", "check", "--data-dir", dir, "--warn-within", "400d")

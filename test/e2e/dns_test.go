@@ -115,8 +115,8 @@ func TestClusterDNS(t *testing.T) {
 				if err != nil {
 					return false, fmt.Errorf("%v: %s", err, out)
 				}
-				_, answer, _ := strings.Cut(out, "Name:")
-				return strings.Contains(answer, "Address: "+tc.want), fmt.Errorf("answer: %s", out)
+				err = checkNslookup(out, tc.name, tc.want)
+				return err == nil, err
 			})
 		})
 	}

@@ -69,6 +69,16 @@ func TestEtcdCluster(t *testing.T) {
 	s3 := startServer(t, dirs[2], append([]string{"--server", s2.config.Host, "--token", tok}, args[2]...)...)
 	t.Logf("third server joined after %v", time.Since(begin).Round(time.Millisecond))
 	servers := []*server{s1, s2, s3}
+	// One kubelet-serving CA: every API server must accept the kubelet
+	// serving certificates any controller-manager signs.
+	for _, f := range []string{"tls/kubelet-serving-ca.crt", "tls/kubelet-serving-ca.key"} {
+		want := readFile(t, filepath.Join(dirs[0], f))
+		for i, d := range dirs[1:] {
+			if readFile(t, filepath.Join(d, f)) != want {
+				t.Errorf("server %d's %s differs from the first's", i+2, f)
+			}
+		}
+	}
 
 	if out := edgeplane(t, "etcd", "member", "list", "--data-dir", dirs[0]); strings.Count(out, "https://127.0.0.1:") != 6 {
 		t.Fatalf("member list:\n%s", out)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgeplane/edgeplane/internal/procfs"
+	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 )
 
 // TestClusterNetworkFigures measures issue 27's network figures on the
@@ -26,8 +27,11 @@ import (
 // off. Set EDGEPLANE_NET_FIGURES=1 to run it (two clusters and two idle
 // minutes: about eight minutes on an idle machine).
 func TestClusterNetworkFigures(t *testing.T) {
-	if testing.Short() || os.Getenv("EDGEPLANE_NET_FIGURES") == "" {
-		t.Skip("set EDGEPLANE_NET_FIGURES=1: two two-node clusters and two idle minutes")
+	if testing.Short() {
+		t.Skip("runs two two-node clusters")
+	}
+	if os.Getenv("EDGEPLANE_NET_FIGURES") == "" {
+		testenv.SkipByDesign(t, "net-figures")
 	}
 	t.Run("network on", func(t *testing.T) {
 		c := startTwoNodeCluster(t, twoNodeOptions{})

@@ -17,7 +17,7 @@ import (
 // startPostgres runs a throwaway PostgreSQL (Debian's postgresql package:
 // /usr/lib/postgresql/<v>/bin) on a loopback port and returns a kine DSN for
 // database db. Without PostgreSQL installed it skips the test (fails it under
-// CI=true: see testenv.Require); as root it runs PostgreSQL as
+// CI: see testenv.Require); as root it runs PostgreSQL as
 // testenv.UnprivilegedUser, since postgres refuses root.
 func startPostgres(t *testing.T, db string) string {
 	t.Helper()

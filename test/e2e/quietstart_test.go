@@ -103,20 +103,3 @@ E1206 03:10:29.192031   18378 replica_set.go:640] "Unhandled Error"`
 		t.Fatalf("errorLines but context canceled = %q", got)
 	}
 }
-
-func TestNslookupAnswers(t *testing.T) {
-	for _, tc := range []struct {
-		name, out string
-		want      []string
-	}{
-		{"answer", "Server:\t\t10.43.0.10\nAddress:\t10.43.0.10:53\n\nName:\tkubernetes.default.svc.cluster.local\nAddress: 10.43.0.1\n", []string{"10.43.0.1"}},
-		{"the server's address is no answer", "Server:\t\t10.43.0.10\nAddress:\t10.43.0.10:53\n\n** server can't find kubernetes.default: NXDOMAIN\n", nil},
-		{"a longer address is another", "Server:\t\t10.43.0.10\nAddress:\t10.43.0.10:53\n\nName:\tx.svc.cluster.local\nAddress: 10.43.0.10\n", []string{"10.43.0.10"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := nslookupAnswers(tc.out); !slices.Equal(got, tc.want) {
-				t.Fatalf("nslookupAnswers = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}

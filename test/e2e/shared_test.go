@@ -94,7 +94,7 @@ func TestPostgresTwoServers(t *testing.T) {
 	begin = time.Now()
 	s2 := startServer(t, d2, "--datastore-endpoint", dsn, "--token", tok, "--advertise-address", "192.0.2.11")
 	t.Logf("second server ready after %v", time.Since(begin).Round(time.Millisecond))
-	for _, f := range []string{"tls/server-ca.crt", "tls/client-ca.key", "tls/sa.key", "tls/encryption-config.yaml"} {
+	for _, f := range []string{"tls/server-ca.crt", "tls/client-ca.key", "tls/sa.key", "tls/encryption-config.yaml", "tls/kubelet-serving-ca.key"} {
 		a, _ := os.ReadFile(filepath.Join(d1, f))
 		b, _ := os.ReadFile(filepath.Join(d2, f))
 		if len(a) == 0 || !bytes.Equal(a, b) {

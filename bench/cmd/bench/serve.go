@@ -11,6 +11,9 @@ import (
 	"strings"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -103,10 +106,20 @@ func publishForNodes(ctx context.Context, in *instance, dir string) error {
 	}); err != nil {
 		return fmt.Errorf("kubeadm cluster-info and RBAC: %w", err)
 	}
-	// kubeadm's kubelet-bootstrap and node-autoapprove bindings, as
-	// edgeplane's controllers make them.
+	// kubeadm's kubelet-bootstrap and certificate-rotation bindings, as
+	// edgeplane's controllers make them, and kubeadm's own auto-approval of
+	// node token client requests: an upstream control plane has no
+	// edgeplane approver to decide them.
 	if err := controllers.EnsureNodeBootstrapRBAC(ctx, cs); err != nil {
 		return fmt.Errorf("node bootstrap RBAC: %w", err)
+	}
+	autoApprove := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:node-autoapprove-bootstrap"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:certificates.k8s.io:certificatesigningrequests:nodeclient"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: nodetoken.NodeGroup}},
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, autoApprove, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("kubeadm's node auto-approval: %w", err)
 	}
 	// kubeadm's one CA signs the API server's kubelet client certificate.
 	if err := nodeconfig.Publish(ctx, cs, nodeconfig.Config{ClientCA: caPEM, ClusterDomain: "cluster.local"}); err != nil {

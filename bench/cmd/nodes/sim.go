@@ -14,7 +14,8 @@ const (
 )
 
 // autoHollowMax is the largest N that -sim auto runs as hollow kubelets: above
-// it their own CPU swamps a 2-core host (docs/PERFORMANCE.md, N = 200).
+// it their own CPU swamps a 2-core host (docs/PERFORMANCE.md, "Simulated nodes
+// at scale").
 const autoHollowMax = 100
 
 // Node count limits per simulator: a hollow node is a process of ~25 MB,

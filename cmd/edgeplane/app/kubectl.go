@@ -1,8 +1,11 @@
 package app
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -23,17 +26,50 @@ import (
 const dataDirEnv = "EDGEPLANE_DATA_DIR"
 
 // newKubectlCommand wraps the upstream kubectl. Cobra does not parse its
-// flags: every argument goes to kubectl unchanged.
+// flags: every argument goes to kubectl unchanged, but for --version, which
+// prints edgeplane's version as on every other command (kubectl has no such
+// flag).
 func newKubectlCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:                "kubectl [kubectl arguments]",
 		Short:              "Run the built-in kubectl (default kubeconfig: <data-dir>/admin.kubeconfig)",
 		DisableFlagParsing: true,
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			asked, err := versionAsked(args)
+			if err != nil {
+				return err
+			}
+			if asked {
+				fmt.Fprint(cmd.OutOrStdout(), versionText())
+				return nil
+			}
 			os.Exit(Kubectl(args))
 			return nil
 		},
 	}
+}
+
+// versionAsked reports whether kubectl's arguments hold --version (or
+// --version=true) before a "--", after which they are a command's.
+func versionAsked(args []string) (bool, error) {
+	asked := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--"+versionFlag {
+			asked = true
+			continue
+		}
+		if v, ok := strings.CutPrefix(a, "--"+versionFlag+"="); ok {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return false, fmt.Errorf("--%s=%s: want true or false", versionFlag, v)
+			}
+			asked = b
+		}
+	}
+	return asked, nil
 }
 
 // Kubectl runs the upstream kubectl with args (without the program name) and
@@ -41,6 +77,7 @@ func newKubectlCommand() *cobra.Command {
 // own codes. It runs for `edgeplane kubectl` and when the binary is invoked
 // through a link named kubectl.
 func Kubectl(args []string) int {
+	dropUpstreamGlobalFlags()
 	_, _ = logs.GlogSetter(kubectlcmd.GetLogVerbosity(append([]string{"kubectl"}, args...)))
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 	flags := genericclioptions.NewConfigFlags(true).

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -34,6 +35,7 @@ func Main(args []string) int {
 
 // NewRootCommand builds the `edgeplane` command tree.
 func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	dropUpstreamGlobalFlags()
 	root := &cobra.Command{
 		Use:           "edgeplane",
 		Short:         "A whole Kubernetes control plane for edge hosts, in one binary",
@@ -47,8 +49,57 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	addKlogFlags(root.PersistentFlags())
 	root.AddCommand(newServerCommand(), newAgentCommand(), newVersionCommand(), newKubectlCommand(), newCheckCommand())
 	root.AddCommand(newCertsCommand(), newSnapshotCommand(), newSecretsEncryptCommand())
-	root.AddCommand(newTokenCommand(), newEtcdCommand())
+	root.AddCommand(newTokenCommand(), newNodeCommand(), newEtcdCommand())
+	addVersionFlag(root)
 	return root
+}
+
+// versionFlag is --version, on every command.
+const versionFlag = "version"
+
+// addVersionFlag makes `--version` print the version and exit 0 on every
+// command of root's tree, before the command runs, whatever else the
+// command line says. Cobra checks it after parsing the flags and before the
+// command's Args, hooks and Run; `edgeplane kubectl`, whose arguments cobra
+// does not parse, checks it itself. Call it once the tree is complete: it
+// adds cobra's help and completion commands first, so that they have it too.
+func addVersionFlag(root *cobra.Command) {
+	root.PersistentFlags().Bool(versionFlag, false, "Print the edgeplane and Kubernetes versions and exit.")
+	root.SetVersionTemplate("{{.Version}}")
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	text := versionText()
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Version = text
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+}
+
+// versionText is what `edgeplane version` and `--version` print.
+func versionText() string {
+	k := version.Get()
+	return fmt.Sprintf("edgeplane %s\ncommit %s\nkubernetes %s\ngo %s %s/%s\n",
+		Version, Commit, k.GitVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+var dropGlobalsOnce sync.Once
+
+// dropUpstreamGlobalFlags empties pflag's process-wide flag set, once.
+// Upstream packages register flags there when they are loaded
+// (k8s.io/component-base/version/verflag: --version), and cobra adds that
+// set to the flags of every command it runs, edgeplane's and kubectl's: each
+// such flag is accepted everywhere and acted on nowhere (`edgeplane server
+// --version` started a server). edgeplane's commands declare every flag they
+// take; upstream's kubectl-convert and docs generator (cmd/genkubedocs) empty
+// it the same way.
+func dropUpstreamGlobalFlags() {
+	dropGlobalsOnce.Do(func() {
+		pflag.CommandLine = pflag.NewFlagSet(os.Args[0], pflag.ExitOnError)
+	})
 }
 
 // addKlogFlags exposes klog's verbosity (-v) and --vmodule on every command.
@@ -67,9 +118,7 @@ func newVersionCommand() *cobra.Command {
 		Short: "Print the edgeplane and Kubernetes versions",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			k := version.Get()
-			fmt.Fprintf(cmd.OutOrStdout(), "edgeplane %s\ncommit %s\nkubernetes %s\ngo %s %s/%s\n",
-				Version, Commit, k.GitVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprint(cmd.OutOrStdout(), versionText())
 		},
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -32,7 +33,7 @@ func newTokenCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "token",
-		Short: "Print the join token of this server's cluster, or (--node) its node token; create, list and delete node tokens",
+		Short: "Print the join token of this server's cluster, or (--node) its node token; create, list, delete and rotate node tokens",
 		Long: `Without a subcommand, print the join token other servers pass as --token to join this
 server's cluster, or with --node the default node token (<data-dir>/node-token) agents pass
 to "edgeplane agent --token".`,
@@ -62,7 +63,7 @@ to "edgeplane agent --token".`,
 	}
 	addDataDirFlag(cmd.Flags(), &dataDir)
 	cmd.Flags().BoolVar(&node, "node", false, "Print the default node token (<data-dir>/"+nodetoken.FileName+") instead of the server join token.")
-	cmd.AddCommand(newTokenCreateCommand(), newTokenListCommand(), newTokenDeleteCommand())
+	cmd.AddCommand(newTokenCreateCommand(), newTokenListCommand(), newTokenDeleteCommand(), newTokenRotateCommand())
 	return cmd
 }
 
@@ -198,6 +199,49 @@ func newTokenDeleteCommand() *cobra.Command {
 		},
 	}
 	addDataDirFlag(cmd.Flags(), &dataDir)
+	return cmd
+}
+
+func newTokenRotateCommand() *cobra.Command {
+	var (
+		dataDir string
+		node    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "rotate --node",
+		Short: "Replace the default node token (<data-dir>/node-token) with a new one and revoke the old one; print the new one",
+		Long: `Replace the default node token: a new token is written to <data-dir>/node-token and the
+old one's Secret is deleted, so that the old token no longer joins a node. Nodes that joined keep
+their certificates; agents that have not joined yet need the new token (printed).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !node {
+				return errors.New("token rotate rotates the default node token: pass --node (the server join token of a shared datastore is not rotated by this command)")
+			}
+			client, err := adminClient(dataDir)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), tokenTimeout)
+			defer cancel()
+			_, caPEM, err := clusterInfo(ctx, client)
+			if err != nil {
+				return err
+			}
+			old, cur, err := nodetoken.RotateDefault(ctx, client, dataDir, caPEM)
+			if err != nil {
+				return err
+			}
+			if old.ID != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "default node token %s revoked; nodes that joined with it keep their certificates\n", old.ID)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "default node token %s written to %s\n", cur.ID, filepath.Join(dataDir, nodetoken.FileName))
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), cur.String())
+			return err
+		},
+	}
+	addDataDirFlag(cmd.Flags(), &dataDir)
+	cmd.Flags().BoolVar(&node, "node", false, "Rotate the default node token (required).")
 	return cmd
 }
 

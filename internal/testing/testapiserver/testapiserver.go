@@ -87,7 +87,7 @@ func Start(t *testing.T, ctx context.Context) *Server {
 		StateDir: filepath.Join(dir, "config"),
 		Files: chain.Files{
 			ServingCert: pki.APIServerServing.Cert, ServingKey: pki.APIServerServing.Key,
-			ClusterCA: pki.ServerCA.Cert, ClientCA: pki.ClientCA.Cert, FrontProxyCA: pki.FrontProxyCA.Cert,
+			KubeletCA: pki.KubeletServingCABundle, ClientCA: pki.ClientCA.Cert, FrontProxyCA: pki.FrontProxyCA.Cert,
 			FrontProxyClientCert: pki.FrontProxyClient.Cert, FrontProxyClientKey: pki.FrontProxyClient.Key,
 			KubeletClientCert: pki.APIServerKubeletClient.Cert, KubeletClientKey: pki.APIServerKubeletClient.Key,
 			ServiceAccountKey: pki.ServiceAccountKey, ServiceAccountPub: pki.ServiceAccountPub,
