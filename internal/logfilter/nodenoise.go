@@ -36,6 +36,11 @@ var nodeNoise = []noiseEntry{
 		source: upstreamSource{kubernetes, "pkg/kubelet/util/nodelease.go", `logger.Error(err, "Failed to get node when trying to set owner ref to the node lease"`},
 	},
 	{
+		text: "Error updating node status, will retry", and: "not found",
+		why:    "the kubelet's first status update after it registered reads a Node informer that has not seen the Node yet, and retries",
+		source: upstreamSource{kubernetes, "pkg/kubelet/kubelet_node_status.go", `logger.Error(err, "Error updating node status, will retry")`},
+	},
+	{
 		text: "Failed to initialize CSINode: ", and: "not found",
 		why:    "the CSI plugin retries (30 ms to 2 min apart) until the Node is registered",
 		source: upstreamSource{kubernetes, "pkg/volume/csi/csi_plugin.go", `klog.Errorf("Failed to initialize CSINode: %v", err)`},
