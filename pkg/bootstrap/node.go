@@ -92,6 +92,9 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 	default:
 		return fmt.Errorf("--container-runtime-endpoint: %w", err)
 	}
+	if err := o.nodeReachesAPI(rt.Name + " " + rt.Version); err != nil {
+		return err
+	}
 	admin, err := s.adminClient("node-identity")
 	if err != nil {
 		return err

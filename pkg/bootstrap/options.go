@@ -165,6 +165,9 @@ type completedOptions struct {
 	Node node.Settings
 	// Network is the cluster network every node runs.
 	Network node.Network
+	// Endpoint says how the advertise address relates to this host
+	// (apiendpoint.go).
+	Endpoint apiEndpoint
 
 	// problems found while parsing, reported by Validate with the rest.
 	problems []error
@@ -226,6 +229,13 @@ func (o *Options) Complete() (CompletedOptions, error) {
 			bad("no --advertise-address given and no host address found (%v): pass --advertise-address", err)
 		}
 		c.AdvertiseAddress = ip
+	}
+	if c.Endpoint.explicit = o.AdvertiseAddress != ""; c.Endpoint.explicit && c.AdvertiseAddress != nil {
+		host, err := hostAddresses()
+		if err != nil {
+			bad("--advertise-address %s: listing this host's addresses: %v", c.AdvertiseAddress, err)
+		}
+		c.Endpoint.local = isHostAddress(c.AdvertiseAddress, host)
 	}
 	for _, san := range o.TLSSANs {
 		if san = strings.TrimSpace(san); san != "" {
@@ -295,6 +305,9 @@ func (c CompletedOptions) Validate() []error {
 	}
 	if ip := c.AdvertiseAddress; ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
 		errs = append(errs, fmt.Errorf("--advertise-address %s: Endpoints may not hold loopback or unspecified addresses; use the host's own address", ip))
+	}
+	if err := c.validateEndpoint(); err != nil {
+		errs = append(errs, err)
 	}
 	for _, san := range c.TLSSANs {
 		if net.ParseIP(san) != nil {

@@ -88,6 +88,7 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	}()
 
 	logger.Info("Starting edgeplane", "profile", o.Profile.Name, "datastore", o.Datastore)
+	logEndpoint(ctx, o)
 	phase := time.Now()
 	lock, err := prepareDataDir(o.DataDir)
 	if err != nil {
@@ -176,6 +177,7 @@ func (s *server) startAfterChain(ctx context.Context, o CompletedOptions, port i
 	for _, step := range []func() error{
 		func() error { return s.startControllers(ctx, o) },
 		func() error { return s.startDay2(ctx, o, port, storage) },
+		func() error { return s.clearServiceEndpoint(ctx, o) },
 		waitJoin,
 		func() error { return etcdJoin.publish(ctx, s.pki) },
 		func() error { return s.publishNodeConfig(ctx, o) },
@@ -228,6 +230,7 @@ func (s *server) chainConfig(o CompletedOptions, listener net.Listener, day2 cha
 		Day2:               day2,
 		Listener:           listener,
 		AdvertiseAddress:   o.AdvertiseAddress,
+		NoServiceEndpoint:  !o.publishesEndpoint(),
 		ServiceCIDR:        o.ServiceCIDR,
 		ClusterDomain:      o.ClusterDomain,
 		SharedDatastore:    o.sharedDatastore(),

@@ -113,9 +113,14 @@ func (s *server) mustKeepRunning(t *testing.T) {
 var readyLine = regexp.MustCompile(`edgeplane ready in ([0-9.]+) s, kubeconfig at ([^"\s]+)`)
 
 // command prepares edgeplane with args on dataDir, bound to loopback on a free port.
+// Such a server publishes no endpoint for the kubernetes Service (pods could
+// not connect to loopback): a test that needs one passes --bind-address
+// 0.0.0.0, or an --advertise-address standing for an address in front of it.
 // Unless the test names a container runtime, the server is a control plane
 // only: a host that runs containerd would otherwise make every test server a
-// node, all of them on the kubelet's one port.
+// node, all of them on the kubelet's one port; a test that names one also
+// passes --bind-address 0.0.0.0 (nodeServerWith), as a server bound to
+// loopback refuses to be a node.
 func command(dataDir string, args ...string) *exec.Cmd {
 	base := []string{"server", "--data-dir", dataDir, "--bind-address", "127.0.0.1", "--https-port", "0"}
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--container-runtime-endpoint") }) {
