@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -118,12 +119,12 @@ func (s *server) clearServiceEndpoint(ctx context.Context, o CompletedOptions) e
 	if o.publishesEndpoint() {
 		return nil
 	}
-	client, err := adminClient(s.pki.AdminKubeconfig)
+	client, err := s.adminClient("service-endpoint")
 	if err != nil {
 		return err
 	}
 	const name = "kubernetes"
-	return retryTransient(ctx, "removing the kubernetes Service's endpoints", func(ctx context.Context) error {
+	return kubeclient.Retry(ctx, "removing the kubernetes Service's endpoints", startupRetry, func(ctx context.Context) error {
 		err := client.CoreV1().Endpoints(metav1.NamespaceDefault).Delete(ctx, name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -89,6 +90,24 @@ type server struct {
 	kubeconfig string
 	config     *rest.Config
 	client     *kubernetes.Clientset
+	// stopAsked: the test stopped or killed it (stop, kill).
+	stopAsked atomic.Bool
+}
+
+// mustKeepRunning fails t, when it ends, if the server exited without the
+// test asking it to: a server whose node ended (a part of its node failed)
+// exits, and a test that does not look would pass on a dead server.
+func (s *server) mustKeepRunning(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		select {
+		case <-s.exited:
+			if !s.stopAsked.Load() {
+				t.Errorf("edgeplane exited during the test without being asked to (%v):\n%s", s.exitErr, tail(s.output.String()))
+			}
+		default:
+		}
+	})
 }
 
 var readyLine = regexp.MustCompile(`edgeplane ready in ([0-9.]+) s, kubeconfig at ([^"\s]+)`)
@@ -204,6 +223,7 @@ func launchCmd(t *testing.T, dataDir string, cmd *exec.Cmd) *server {
 // stop sends SIGTERM and expects a clean exit within a minute.
 func (s *server) stop() {
 	s.t.Helper()
+	s.stopAsked.Store(true)
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.exited:
@@ -217,6 +237,7 @@ func (s *server) stop() {
 }
 
 func (s *server) kill() {
+	s.stopAsked.Store(true)
 	select {
 	case <-s.exited:
 	default:

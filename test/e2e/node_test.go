@@ -36,9 +36,6 @@ func nodeServer(t *testing.T, args ...string) (*server, *testcontainerd.Containe
 type nodeServerOptions struct {
 	// images go into the airgap directory besides busybox and pause.
 	images []testimage.Image
-	// bin is the edgeplane binary to run (an older build); empty: the one
-	// TestMain built.
-	bin string
 }
 
 func nodeServerWith(t *testing.T, o nodeServerOptions, args ...string) (*server, *testcontainerd.Containerd, []string) {
@@ -61,11 +58,8 @@ func nodeServerWith(t *testing.T, o nodeServerOptions, args ...string) (*server,
 	// (pkg/bootstrap/apiendpoint.go).
 	nodeArgs = append(nodeArgs, "--bind-address", "0.0.0.0", "--advertise-address", nodeIP)
 	nodeArgs = append(nodeArgs, args...)
-	cmd := command(dataDir, nodeArgs...)
-	if o.bin != "" {
-		cmd.Path, cmd.Args[0] = o.bin, o.bin
-	}
-	s := startServerCmd(t, dataDir, cmd)
+	s := startServer(t, dataDir, nodeArgs...)
+	s.mustKeepRunning(t)
 	waitNodeReady(t, s, "edge-1")
 	return s, ctrd, nodeArgs
 }
