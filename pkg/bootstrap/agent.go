@@ -147,8 +147,12 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	settings, err := o.Node.WithDefaultIP()
+	if err != nil {
+		return err
+	}
 	n, err := node.New(node.Config{
-		Settings:    o.Node,
+		Settings:    settings,
 		Dir:         filepath.Join(o.DataDir, node.DirName),
 		Runtime:     rt,
 		Credentials: &node.TokenJoin{Server: o.Server, Token: o.Token, PrepareDir: prepare},
