@@ -16,6 +16,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/internal/component"
+	"github.com/edgeplane/edgeplane/internal/logfilter"
 	"github.com/edgeplane/edgeplane/pkg/node"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
 	"github.com/edgeplane/edgeplane/pkg/sdnotify"
@@ -163,6 +164,7 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 	}
 	var mgr component.Manager
 	defer func() {
+		logfilter.Stopping()
 		if stopErr := mgr.StopAll(context.WithoutCancel(ctx), stopTimeout); stopErr != nil {
 			err = errors.Join(err, stopErr)
 		}
