@@ -16,8 +16,12 @@ LDFLAGS := $(shell ./hack/ldflags.sh $(VERSION))
 build:
 	go build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/edgeplane
 
+# The API listens on every address, so that the server's own pods (when a
+# container runtime makes it a node) and other nodes reach it at the
+# kubernetes Service's endpoint. test/e2e's TestMakeRun runs this recipe's
+# command (make -n run) as a node and checks that pods reach the API.
 run: build
-	$(BIN) server --data-dir $(DATA_DIR) --bind-address 127.0.0.1 $(ARGS)
+	$(BIN) server --data-dir $(DATA_DIR) $(ARGS)
 
 # The whole suite: unit tests and integration tests against the real binary,
 # both datastores. .ci/run calls this. The vet target has run every analyzer

@@ -25,10 +25,32 @@ import (
 // ownPrefix is the package path prefix of edgeplane's code.
 const ownPrefix = "github.com/edgeplane/edgeplane/"
 
+// noiseEntry is an upstream warning or error that asks nothing of the user:
+// an entry that contains text (and also and, when set). source, when set,
+// is the upstream statement that prints it, which
+// TestCanaryNoiseSources finds in the pinned module.
+type noiseEntry struct {
+	text, and, why string
+	source         upstreamSource
+}
+
+// upstreamSource is a logging statement in a module's file.
+type upstreamSource struct {
+	module, file, statement string
+}
+
+// matches reports whether entry is this noise.
+func (n noiseEntry) matches(entry []byte) bool {
+	return bytes.Contains(entry, []byte(n.text)) && (n.and == "" || bytes.Contains(entry, []byte(n.and)))
+}
+
+// allNoise is noise and the node's (nodenoise.go).
+var allNoise = append(append([]noiseEntry(nil), noise...), nodeNoise...)
+
 // noise lists upstream warnings and errors that every healthy start (or a
 // clean stop) prints and that ask nothing of the user; they are shown from
 // -v 1. Each entry is a substring of the message, with why it is noise.
-var noise = []struct{ text, why string }{
+var noise = []noiseEntry{
 	{
 		// k8s.io/apiserver/pkg/server/genericapiserver.go, once per
 		// beta/alpha version that is disabled (~30 lines): the default.
@@ -62,6 +84,47 @@ var noise = []struct{ text, why string }{
 		// its hook off, pkg/chain/tune.go) and so wrote no lease to remove.
 		text: "Unable to remove peer endpoint leases: StorageError: key not found",
 		why:  "the lease was never written: a single server runs no peer-endpoint reconciler",
+	},
+	{
+		// k8s.io/kubernetes/pkg/controller (v1.37.2, KEP-5647 stale
+		// controller consistency): a controller whose informers have not
+		// yet seen its own last write returns a ConsistencyError, which the
+		// ReplicaSet controller's worker logs as an error before it
+		// requeues; a new ReplicaSet meets it when its pods' events come
+		// before its status update's (CoreDNS's at every first start;
+		// TestCanaryReplicaSetConsistencyError).
+		text: "is not as new as written version: ",
+		why:  "a controller waits for its informer to see its own write, by design",
+	},
+	{
+		// k8s.io/apiserver/pkg/storage/etcd3/watcher.go (v0.37.2): a
+		// watch stopped while it reads the current state (a watch cache
+		// stopped at start-up) logs its context's cancellation, which the
+		// same watcher skips once the watch runs (logWatchChannelErr;
+		// TestCanaryWatchSyncCanceled).
+		text: "failed to sync with latest state: context canceled",
+		why:  "a watch stopped by its owner, which the watcher logs nowhere else",
+	},
+	{
+		// k8s.io/kubernetes/pkg/registry/core/service/ipallocator/controller
+		// (v1.37.2): the ClusterIP repair controller looks a new Service's
+		// IPAddress up in its informer, which may not have it yet; its own
+		// create then finds it. A real repair also records a Warning Event
+		// (ClusterIPNotAllocated) on the Service.
+		text: "is not allocated; repairing",
+		why:  "the repair controller sees a new Service before its informer has the IPAddress the Service's create wrote",
+		source: upstreamSource{"k8s.io/kubernetes", "pkg/registry/core/service/ipallocator/controller/repairip.go",
+			`runtime.HandleError(fmt.Errorf("the ClusterIP [%v]: %s for Service %s/%s is not allocated; repairing", family, ip, svc.Namespace, svc.Name))`},
+	},
+	{
+		// k8s.io/client-go/tools/cache/reflector.go (v0.37.2): an informer
+		// stopped while its reflector opens a watch (a component stopped
+		// soon after it started) reports the cancelled request as a failed
+		// watch.
+		text: `"Failed to watch"`, and: "context canceled",
+		why: "an informer stopped by its owner while it opened a watch",
+		source: upstreamSource{"k8s.io/client-go", "tools/cache/reflector.go",
+			`utilruntime.HandleErrorWithContext(ctx, err, "Failed to watch", "reflector", r.name, "type", r.typeDescription)`},
 	},
 }
 
@@ -120,8 +183,8 @@ func (f *Filter) Write(p []byte) (int, error) {
 }
 
 // Keep decides for one klog entry, given the function that logged it: every
-// entry of edgeplane's code; upstream warnings, errors and fatal entries
-// except noise; no upstream info entry.
+// entry of edgeplane's code; upstream fatal entries; upstream warnings and
+// errors except noise; no upstream info entry.
 func Keep(entry []byte, caller string) bool {
 	if strings.HasPrefix(caller, ownPrefix) {
 		return true
@@ -129,9 +192,19 @@ func Keep(entry []byte, caller string) bool {
 	if len(entry) == 0 || entry[0] == 'I' {
 		return false
 	}
-	for _, n := range noise {
-		if bytes.Contains(entry, []byte(n.text)) {
+	if entry[0] == 'F' { // never noise: the process ends
+		return true
+	}
+	for _, n := range allNoise {
+		if n.matches(entry) {
 			return false
+		}
+	}
+	if stopping.Load() {
+		for _, n := range stoppingNoise {
+			if n.matches(entry) {
+				return false
+			}
 		}
 	}
 	return true

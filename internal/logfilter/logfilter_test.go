@@ -29,6 +29,18 @@ func TestKeep(t *testing.T) {
 		{"upstream noise: skipped API", "W1203 12:00:00.000000 1 genericapiserver.go:798] Skipping API batch/v1beta1 because it has no resources.\n", upstream, false},
 		{"upstream noise: stale endpoints", "E1203 12:00:00.000000 1 controller.go:95] Found stale data, removed previous endpoints on kubernetes service, apiserver didn't exit successfully previously\n", upstream, false},
 		{"upstream noise: peer leases", "E1203 12:00:00.000000 1 peer_endpoint_lease.go:181] Unable to remove peer endpoint leases: StorageError: key not found, Code: 1\n", upstream, false},
+		{"upstream noise: stale read of a ReplicaSet", "E1206 03:10:29.192031 1 replica_set.go:640] \"Unhandled Error\" err=\"sync \\\"kube-system/coredns-77ff47c8db\\\" failed with read version: 297 is not as new as written version: 305 for group resource replicasets.apps\"\n", "k8s.io/apimachinery/pkg/util/runtime.logError", false},
+		{"upstream noise: watch stopped during its sync", "E1206 03:10:23.155673 1 watcher.go:458] failed to sync with latest state: context canceled\n", "k8s.io/apiserver/pkg/storage/etcd3.(*watchChan).startWatching", false},
+		{"upstream error: watch sync failed otherwise", "E1206 03:10:23.155673 1 watcher.go:458] failed to sync with latest state: etcdserver: request timed out\n", "k8s.io/apiserver/pkg/storage/etcd3.(*watchChan).startWatching", true},
+		{"upstream noise: the kubelet before its Node exists", "E1206 03:59:05.4 1 kubelet_node_status.go:396] \"Error getting the current node from lister\" err=\"node \\\"edge-run\\\" not found\" logger=\"edgeplane.kubelet\"\n", "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).fastNodeStatusUpdate", false},
+		{"upstream error: the kubelet's lister fails otherwise", "E1206 03:59:05.4 1 kubelet_node_status.go:396] \"Error getting the current node from lister\" err=\"connection refused\"\n", "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).fastNodeStatusUpdate", true},
+		{"upstream noise: pod sync before the first runtime check", "E1206 03:59:05.4 1 kubelet.go:2697] \"Skipping pod synchronization\" err=\"container runtime status check may not have completed yet\"\n", "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).syncLoop", false},
+		{"upstream error: pod sync on an unhealthy runtime", "E1206 03:59:05.4 1 kubelet.go:2697] \"Skipping pod synchronization\" err=\"PLEG is not healthy: pleg was last seen active 3m0s ago\"\n", "k8s.io/kubernetes/pkg/kubelet.(*Kubelet).syncLoop", true},
+		{"upstream noise: CSINode before the Node exists", "E1206 04:14:03.4 1 csi_plugin.go:399] Failed to initialize CSINode: error updating CSINode annotation: timed out waiting for the condition; caused by: nodes \"edge-run\" not found\n", "k8s.io/kubernetes/pkg/volume/csi.initializeCSINode.func1", false},
+		{"upstream fatal that contains noise", "F1206 04:16:03.4 1 csi_plugin.go:413] Failed to initialize CSINode: nodes \"edge-run\" not found\n", "k8s.io/kubernetes/pkg/volume/csi.initializeCSINode.func1", true},
+		{"upstream noise: an informer stopped while it opens a watch", "E1206 04:50:15.912289 1 reflector.go:227] \"Failed to watch\" err=\"Get \\\"https://127.0.0.1:46479/api/v1/services?watch=true\\\": context canceled\" logger=\"UnhandledError\"\n", "k8s.io/client-go/tools/cache.DefaultWatchErrorHandler", false},
+		{"upstream error: a watch refused", "E1206 04:50:15.912289 1 reflector.go:227] \"Failed to watch\" err=\"services is forbidden: User \\\"x\\\" cannot watch resource\" logger=\"UnhandledError\"\n", "k8s.io/client-go/tools/cache.DefaultWatchErrorHandler", true},
+		{"upstream noise: a new Service's ClusterIP before the informer has its IPAddress", "E1206 04:51:53.155809 1 repairip.go:383] \"Unhandled Error\" err=\"the ClusterIP [IPv4]: 10.43.0.10 for Service kube-system/kube-dns is not allocated; repairing\" logger=\"UnhandledError\"\n", "k8s.io/apimachinery/pkg/util/runtime.logError", false},
 		{"unknown caller info", "I1203 12:00:00.000000 1 x.go:1] hello\n", "", false},
 		{"empty entry", "", upstream, false},
 	} {
@@ -131,3 +143,19 @@ func setFlag(t *testing.T, fs *goflag.FlagSet, name, value string) {
 type nilWriter struct{}
 
 func (nilWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestStoppingNoise: the kubelet's Lease loop's errors are shown while the
+// process runs (a real failure to renew) and hidden once it stops (the API
+// server stops with it).
+func TestStoppingNoise(t *testing.T) {
+	entry := []byte(`E1206 05:06:27.241637   25292 controller.go:260] "Failed to update lease" err="connection refused"`)
+	caller := "k8s.io/component-helpers/apimachinery/lease.(*controller).backoffEnsureLease"
+	if !Keep(entry, caller) {
+		t.Fatal("a Lease renewal error hidden while the process runs")
+	}
+	Stopping()
+	defer stopping.Store(false)
+	if Keep(entry, caller) {
+		t.Fatal("a Lease renewal error shown while the process stops")
+	}
+}

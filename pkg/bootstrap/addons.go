@@ -49,12 +49,12 @@ func (s *server) startAddons(ctx context.Context, o CompletedOptions) error {
 		return err
 	}
 	if o.Disabled[componentServiceLB] {
-		return s.mgr.start(ctx, mc, stopTimeout)
+		return s.mgr.Start(ctx, mc, stopTimeout)
 	}
 	lb, err := servicelb.New(servicelb.Options{Kubeconfig: s.pki.AdminKubeconfig})
 	if err != nil {
 		return err
 	}
 	// Neither needs the other.
-	return s.mgr.startTogether(ctx, stopTimeout, mc, lb)
+	return s.mgr.StartTogether(ctx, stopTimeout, mc, lb)
 }

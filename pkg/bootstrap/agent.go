@@ -12,19 +12,12 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/edgeplane/edgeplane/internal/background"
-	"github.com/edgeplane/edgeplane/pkg/agent"
-	"github.com/edgeplane/edgeplane/pkg/criruntime"
-	"github.com/edgeplane/edgeplane/pkg/flannel"
-	"github.com/edgeplane/edgeplane/pkg/kubelet"
-	"github.com/edgeplane/edgeplane/pkg/kubeproxy"
-	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
+	"github.com/edgeplane/edgeplane/internal/component"
+	"github.com/edgeplane/edgeplane/internal/logfilter"
+	"github.com/edgeplane/edgeplane/pkg/node"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
 	"github.com/edgeplane/edgeplane/pkg/sdnotify"
 )
@@ -36,12 +29,12 @@ type AgentOptions struct {
 	Token      string
 	CACertHash string
 	Disable    []string
-	Node       NodeOptions
+	Node       node.Options
 }
 
 // NewAgentOptions returns the defaults.
 func NewAgentOptions() *AgentOptions {
-	return &AgentOptions{DataDir: defaultDataDir(), Node: newNodeOptions()}
+	return &AgentOptions{DataDir: defaultDataDir(), Node: node.NewOptions()}
 }
 
 // AddFlags binds the options to fs.
@@ -50,7 +43,7 @@ func (o *AgentOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Server, "server", o.Server, "URL of a server of the cluster, https://HOST:6443.")
 	fs.StringVar(&o.Token, "token", o.Token, "Node token, K10<ca-hash>::<id>.<secret>, as `edgeplane token --node` or `edgeplane token create` print on a server (default: $EDGEPLANE_TOKEN).")
 	fs.StringVar(&o.CACertHash, "ca-cert-hash", o.CACertHash, "With a bare <id>.<secret> token (kubeadm's form): the cluster CA's pin, sha256:<hex>, as kubeadm's --discovery-token-ca-cert-hash.")
-	fs.StringSliceVar(&o.Disable, "disable", o.Disable, "Components not to run, comma-separated (repeatable): "+strings.Join(agentDisableable, ", ")+".")
+	fs.StringSliceVar(&o.Disable, "disable", o.Disable, "Components not to run, comma-separated (repeatable): "+strings.Join(disableable(true), ", ")+".")
 	o.Node.AddFlags(fs)
 }
 
@@ -60,7 +53,7 @@ type agentCompleted struct {
 	Server   string
 	Token    nodetoken.Token
 	Disabled map[string]bool
-	Node     nodeCompleted
+	Node     node.Settings
 	problems []error
 }
 
@@ -102,14 +95,14 @@ func (o *AgentOptions) Complete() (CompletedAgentOptions, error) {
 		c.Token = t
 	}
 	var disableErrs []error
-	c.Disabled, disableErrs = parseDisableOf(agentDisableable, o.Disable)
+	c.Disabled, disableErrs = parseDisable(true, o.Disable)
 	c.problems = append(c.problems, disableErrs...)
-	hostname, err := defaultHostname()
+	hostname, err := node.DefaultHostname()
 	if err != nil {
 		return CompletedAgentOptions{}, err
 	}
 	var nodeErrs []error
-	c.Node, nodeErrs = o.Node.complete(hostname)
+	c.Node, nodeErrs = o.Node.Complete(hostname)
 	c.problems = append(c.problems, nodeErrs...)
 	return CompletedAgentOptions{c}, nil
 }
@@ -117,128 +110,82 @@ func (o *AgentOptions) Complete() (CompletedAgentOptions, error) {
 // Validate returns every problem with the options.
 func (c CompletedAgentOptions) Validate() []error {
 	errs := slices.Clone(c.problems)
-	k := c.Node.kubeletOptions(agent.PathsIn("/"), "unix:///x", "/x", nodeconfig.Config{ClusterDomain: "cluster.local"})
-	for _, err := range k.Validate() {
-		errs = append(errs, err)
-	}
 	if c.DataDir != "" {
-		if err := kubelet.ValidateRootDir(agent.PathsIn(filepath.Join(c.DataDir, agentDirName)).RootDir, "--data-dir"); err != nil {
+		if err := validateNodeDir(c.DataDir); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errs
 }
 
-// RunAgent joins this host to a cluster as a node and runs its kubelet until
-// ctx ends or the kubelet stops. In order: the cluster CA is discovered with
-// the token and checked against its pin (nothing is written before), the
-// node's credentials and the cluster's node settings are fetched, the
-// container runtime is found, the airgap images imported, and the kubelet
-// started; the pod network is written when the node gets a pod CIDR. It
-// notifies systemd once the node is Ready.
-func RunAgent(ctx context.Context, o CompletedAgentOptions) error {
+// RunAgent joins this host to a cluster as a node (pkg/node) and runs it
+// until ctx ends or a part of the node ends on its own. The data dir is
+// locked while the agent runs, before the node's files are read: a data
+// dir that exists at once, a new one once the server's CA has been checked
+// against the token's pin (nothing is written before that). A server's
+// data dir is locked by the server, so a stray agent there writes nothing.
+// It notifies systemd once the node is Ready. The node's stop errors are
+// returned.
+func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 	logger := klog.FromContext(ctx)
-	begin := time.Now()
 	logger.Info("Starting edgeplane agent", "server", o.Server, "node", o.Node.Name)
-	paths := agent.PathsIn(filepath.Join(o.DataDir, agentDirName))
-
-	nc, err := agent.Join(ctx, agent.JoinConfig{Server: o.Server, Token: o.Token, NodeName: o.Node.Name, Paths: paths})
-	if err != nil {
+	var lock *dataDirLock
+	defer func() { lock.release() }()
+	prepare := func() error {
+		if lock != nil {
+			return nil
+		}
+		l, err := prepareDataDir(o.DataDir)
+		lock = l
 		return err
 	}
-	lock, err := prepareDataDir(paths.Dir)
-	if err != nil {
-		return err
-	}
-	defer lock.release()
-
-	rt, err := criruntime.Detect(ctx, o.Node.RuntimeEndpoint)
-	if err != nil {
-		return err
-	}
-	for _, w := range rt.Warnings {
-		logger.Info("Container runtime: "+w, "runtime", rt.Name, "version", rt.Version)
-	}
-	kopts := o.Node.kubeletOptions(paths, rt.Endpoint, paths.ClientCA, nc)
-	kopts.BootstrapKubeconfig = paths.BootstrapKubeconfig
-	k, err := kubelet.New(kopts)
-	if err != nil {
-		return err
-	}
-	network, err := nodeNetwork(ctx, o.Node, paths, agentNetwork(nc), nc.ClusterCIDR)
-	if err != nil {
-		return err
-	}
-	var mgr manager
-	defer func() { _ = mgr.stopAll(context.WithoutCancel(ctx), stopTimeout) }()
-	components := append([]Component{
-		&agent.Images{Dir: paths.Images, RuntimeEndpoint: rt.Endpoint, Pinned: []string{o.Node.PauseImage}},
-		k,
-	}, network...)
-	if np := networkPolicy(ctx, o.Disabled[componentNetworkPolicy], o.Node.Name, paths.Kubeconfig); np != nil {
-		components = append(components, np)
-	}
-	for _, c := range components {
-		if err := mgr.start(ctx, c, stopTimeout); err != nil {
+	if _, statErr := os.Stat(o.DataDir); statErr == nil {
+		if err := prepare(); err != nil {
 			return err
 		}
 	}
-
-	nodeReady := background.NewTask("node-ready", func(taskCtx context.Context) {
-		if err := waitNodeReady(taskCtx, paths.Kubeconfig, o.Node.Name); err == nil {
-			logger.Info(fmt.Sprintf("edgeplane agent ready in %.1f s: node %s is Ready", time.Since(begin).Seconds(), o.Node.Name))
+	rt, err := node.DetectRuntime(ctx, o.Node.RuntimeEndpoint)
+	if err != nil {
+		return err
+	}
+	settings, err := o.Node.WithDefaultIP()
+	if err != nil {
+		return err
+	}
+	n, err := node.New(node.Config{
+		Settings:    settings,
+		Dir:         filepath.Join(o.DataDir, node.DirName),
+		Runtime:     rt,
+		Credentials: &node.TokenJoin{Server: o.Server, Token: o.Token, PrepareDir: prepare},
+		Disabled:    o.Disabled,
+	})
+	if err != nil {
+		return err
+	}
+	var mgr component.Manager
+	defer func() {
+		logfilter.Stopping()
+		if stopErr := mgr.StopAll(context.WithoutCancel(ctx), stopTimeout); stopErr != nil {
+			err = errors.Join(err, stopErr)
+		}
+	}()
+	if err := mgr.StartBackground(ctx, n); err != nil {
+		return err
+	}
+	ready := background.NewTask("node-ready", func(taskCtx context.Context) {
+		if err := n.Ready(taskCtx); err == nil {
+			logger.Info(fmt.Sprintf("edgeplane agent ready in %.1f s: node %s is Ready", time.Since(n.Began()).Seconds(), o.Node.Name))
 			notify(ctx, sdnotify.Ready+"\nSTATUS=node "+o.Node.Name+" is Ready")
 		}
 	})
-	if err := mgr.startBackground(ctx, nodeReady); err != nil {
+	if err := mgr.StartBackground(ctx, ready); err != nil {
 		return err
 	}
-	if ended := mgr.watch(ctx); ended != nil { // the kubelet
+	if ended := mgr.Watch(ctx); ended != nil {
 		logger.Error(ended.Err, "A component stopped on its own: shutting down", "component", ended.Component)
 		return ended
 	}
 	logger.Info("Shutting down the agent")
 	notifyStopping(ctx)
 	return nil
-}
-
-// agentNetwork is the server's choice of cluster network; a server that
-// published none (older than the network parts) runs neither.
-func agentNetwork(nc nodeconfig.Config) networkCompleted {
-	n := networkCompleted{FlannelBackend: nc.FlannelBackend, KubeProxyMode: nc.KubeProxyMode}
-	if n.FlannelBackend == "" || flannel.ValidateBackend(n.FlannelBackend) != nil || flannelCIDR(nc.ClusterCIDR) == "" {
-		n.FlannelBackend = flannel.BackendNone
-	}
-	if kubeproxy.ValidateMode(n.KubeProxyMode) != nil {
-		n.KubeProxyMode = ""
-	}
-	return n
-}
-
-// waitNodeReady polls the node's Ready condition with the node's own
-// credentials (the kubeconfig TLS bootstrap writes).
-func waitNodeReady(ctx context.Context, kubeconfig, node string) error {
-	var client kubernetes.Interface // built once the kubeconfig is there
-	return wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		if client == nil {
-			if _, err := os.Stat(kubeconfig); err != nil {
-				return false, nil
-			}
-			c, err := adminClient(kubeconfig)
-			if err != nil {
-				return false, nil
-			}
-			client = c
-		}
-		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, nil
-			}
-		}
-		return false, nil
-	})
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/kubernetes/pkg/cluster/ports"
 	kubeschedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
+	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/pkg/certs"
 )
 
@@ -57,7 +58,7 @@ type healthEndpoints struct {
 	done    sync.WaitGroup
 }
 
-var _ Component = (*healthEndpoints)(nil)
+var _ component.Component = (*healthEndpoints)(nil)
 
 func newHealthEndpoints(keyPair certs.KeyPair, checks map[string]func(*http.Request) error) *healthEndpoints {
 	return &healthEndpoints{host: "127.0.0.1", ports: healthPorts, checks: checks, keyPair: keyPair}

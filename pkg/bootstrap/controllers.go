@@ -2,11 +2,9 @@ package bootstrap
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"slices"
-	"strings"
 
+	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/controllers"
 	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
@@ -17,32 +15,6 @@ const (
 	componentControllerManager = "controller-manager"
 	componentScheduler         = "scheduler"
 )
-
-var disableable = []string{componentControllerManager, componentScheduler, componentKubelet, componentFlannel, componentKubeProxy, componentNetworkPolicy, componentCoreDNS, componentServiceLB}
-
-// parseDisable turns repeatable, comma-separated --disable values into a set.
-func parseDisable(values []string) (map[string]bool, []error) {
-	return parseDisableOf(disableable, values)
-}
-
-// parseDisableOf is parseDisable for a command whose components are allowed.
-func parseDisableOf(allowed, values []string) (map[string]bool, []error) {
-	set := map[string]bool{}
-	var errs []error
-	for _, v := range values {
-		for _, name := range strings.Split(v, ",") {
-			name = strings.TrimSpace(name)
-			switch {
-			case name == "":
-			case slices.Contains(allowed, name):
-				set[name] = true
-			default:
-				errs = append(errs, fmt.Errorf("--disable %q is not one of: %s", name, strings.Join(allowed, ", ")))
-			}
-		}
-	}
-	return set, errs
-}
 
 // controllerOptions are the controller-manager's and the scheduler's options.
 func (o CompletedOptions) controllerOptions(pki *certs.PKI) controllers.Options {
@@ -71,7 +43,7 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 	opts := o.controllerOptions(s.pki)
 	// healthChecked is a component that also reports its health to /readyz.
 	type healthChecked interface {
-		Component
+		component.Component
 		Check(*http.Request) error
 	}
 	var (
@@ -95,7 +67,7 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 	if len(components) == 0 {
 		return nil
 	}
-	start := make([]Component, len(components))
+	start := make([]component.Component, len(components))
 	for i, c := range components {
 		start[i] = c
 	}
@@ -106,7 +78,7 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 		start = append(start, &approver{adminKubeconfig: s.pki.AdminKubeconfig, kubeconfig: s.pki.ControllerManagerKubeconfig,
 			apiServer: o.approverAPIServer()})
 	}
-	if err := s.mgr.startTogether(ctx, stopTimeout, start...); err != nil {
+	if err := s.mgr.StartTogether(ctx, stopTimeout, start...); err != nil {
 		return err
 	}
 	health := map[string]func(*http.Request) error{}
@@ -115,5 +87,5 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 		health[names[i]] = c.Check
 	}
 	// `kubectl get componentstatuses` probes their upstream health ports.
-	return s.mgr.start(ctx, newHealthEndpoints(s.pki.APIServerServing, health), stopTimeout)
+	return s.mgr.Start(ctx, newHealthEndpoints(s.pki.APIServerServing, health), stopTimeout)
 }

@@ -25,7 +25,7 @@ func TestParseDisable(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.values, "|"), func(t *testing.T) {
-			got, errs := parseDisable(tc.values)
+			got, errs := parseDisable(false, tc.values)
 			if keys := slices.Sorted(maps.Keys(got)); !slices.Equal(keys, tc.want) {
 				t.Errorf("disabled = %v, want %v", keys, tc.want)
 			}
@@ -52,7 +52,7 @@ func TestParseAgentDisable(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.values, "|"), func(t *testing.T) {
-			got, errs := parseDisableOf(agentDisableable, tc.values)
+			got, errs := parseDisable(true, tc.values)
 			if keys := slices.Sorted(maps.Keys(got)); !slices.Equal(keys, tc.want) {
 				t.Errorf("disabled = %v, want %v", keys, tc.want)
 			}

@@ -2,14 +2,12 @@ package bootstrap
 
 import (
 	"context"
-	"fmt"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
 	"github.com/edgeplane/edgeplane/internal/background"
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	"github.com/edgeplane/edgeplane/pkg/csrapprover"
 )
 
@@ -39,21 +37,16 @@ func (a *approver) Name() string { return componentCSRApprover }
 // Start binds the approver's role and starts it in the background.
 func (a *approver) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName(componentCSRApprover)
-	admin, err := adminClient(a.adminKubeconfig)
+	admin, err := kubeclient.New(a.adminKubeconfig, componentCSRApprover+"-rbac", kubeclient.Burst)
 	if err != nil {
 		return err
 	}
 	if err := csrapprover.EnsureRBAC(ctx, admin, csrApproverUser); err != nil {
 		return err
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", a.kubeconfig)
+	client, err := kubeclient.New(a.kubeconfig, componentCSRApprover, kubeclient.Steady)
 	if err != nil {
-		return fmt.Errorf("%s: %w", componentCSRApprover, err)
-	}
-	cfg.UserAgent = "edgeplane/" + componentCSRApprover
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("%s: %w", componentCSRApprover, err)
+		return err
 	}
 	c, err := csrapprover.New(client, csrapprover.Options{APIServer: a.apiServer})
 	if err != nil {

@@ -88,7 +88,7 @@ func (s *server) startDay2(ctx context.Context, o CompletedOptions, port int, st
 	// embedded etcd cluster (--cluster-init, --server) are.
 	shared := o.sharedDatastore() && !o.Cluster.etcdCluster()
 	if !shared && o.Datastore == datastore.TypeEtcd && len(storage.Endpoints) > 0 {
-		if err := s.mgr.start(ctx, &endpointFile{path: filepath.Join(o.DataDir, "db", rawstore.EndpointFile), url: storage.Endpoints[0]}, stopTimeout); err != nil {
+		if err := s.mgr.Start(ctx, &endpointFile{path: filepath.Join(o.DataDir, "db", rawstore.EndpointFile), url: storage.Endpoints[0]}, stopTimeout); err != nil {
 			return err
 		}
 	}
@@ -98,7 +98,7 @@ func (s *server) startDay2(ctx context.Context, o CompletedOptions, port int, st
 			klog.FromContext(ctx).Error(err, "Updating --write-kubeconfig after a renewal")
 		}
 	})
-	if err := s.mgr.start(ctx, renewer, stopTimeout); err != nil {
+	if err := s.mgr.Start(ctx, renewer, stopTimeout); err != nil {
 		return err
 	}
 	if o.Day2.SnapshotSchedule == "" {
@@ -124,7 +124,7 @@ func (s *server) startDay2(ctx context.Context, o CompletedOptions, port int, st
 	if err != nil {
 		return err
 	}
-	return s.mgr.start(ctx, sched, stopTimeout)
+	return s.mgr.Start(ctx, sched, stopTimeout)
 }
 
 // endpointFile publishes the embedded etcd's client URL for the commands

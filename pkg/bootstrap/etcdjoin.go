@@ -11,10 +11,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
 	"github.com/edgeplane/edgeplane/pkg/join"
@@ -154,11 +153,7 @@ func (j *etcdJoin) publish(ctx context.Context, pki *certs.PKI) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", pki.AdminKubeconfig)
-	if err != nil {
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubeclient.New(pki.AdminKubeconfig, "etcd-join", kubeclient.Burst)
 	if err != nil {
 		return err
 	}

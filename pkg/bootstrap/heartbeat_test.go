@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgeplane/edgeplane/pkg/agent"
+	"github.com/edgeplane/edgeplane/pkg/node"
 )
 
 // TestNodeHeartbeatFlag: the kubelets' Lease and the node lifecycle
@@ -34,7 +34,7 @@ func TestNodeHeartbeatFlag(t *testing.T) {
 				t.Fatalf("problems: %v", errs)
 			}
 			nc := c.nodeSettings()
-			k := c.Node.kubeletOptions(agent.PathsIn("/d"), "unix:///x", "/ca", nc)
+			k := node.Config{Settings: c.Node}.KubeletOptions(node.PathsIn("/d"), node.Cluster{Config: nc, ClientCAFile: "/ca"})
 			if nc.NodeLeaseDuration != tc.wantLease || k.NodeLeaseDuration != tc.wantLease {
 				t.Errorf("node lease %s (kubelet %s), want %s", nc.NodeLeaseDuration, k.NodeLeaseDuration, tc.wantLease)
 			}

@@ -16,7 +16,7 @@ type InUseError struct {
 }
 
 func (e *InUseError) Error() string {
-	return fmt.Sprintf("data dir %s is in use by another edgeplane server (pid %s): stop it or pass another --data-dir", e.Dir, e.PID)
+	return fmt.Sprintf("data dir %s is in use by another edgeplane server or agent (pid %s): stop it or pass another --data-dir", e.Dir, e.PID)
 }
 
 // lockDir takes the exclusive lock on <dir>/edgeplane.lock and writes our pid

@@ -10,28 +10,26 @@ import (
 	"strconv"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/edgeplane/edgeplane/pkg/agent"
-	"github.com/edgeplane/edgeplane/pkg/certs"
+	"github.com/edgeplane/edgeplane/internal/background"
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
 	"github.com/edgeplane/edgeplane/pkg/kubeproxy"
+	"github.com/edgeplane/edgeplane/pkg/node"
 	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 )
 
-// agentDirName is a node's directory under the data dir.
-const agentDirName = "agent"
+// startupRetry bounds the retries of transient API errors in start-up
+// steps: the API server may still be settling when they run.
+const startupRetry = time.Minute
 
 // publishNodeConfig tells joining nodes the client CA of the API server's
 // kubelet client certificate and the cluster DNS settings.
 func (s *server) publishNodeConfig(ctx context.Context, o CompletedOptions) error {
-	client, err := adminClient(s.pki.AdminKubeconfig)
+	client, err := s.adminClient("node-config")
 	if err != nil {
 		return err
 	}
@@ -44,7 +42,7 @@ func (s *server) publishNodeConfig(ctx context.Context, o CompletedOptions) erro
 	if nc.KubeletServingCA, err = readFile(s.pki.KubeletServingCA.Cert); err != nil {
 		return err
 	}
-	if err := retryTransient(ctx, "publishing the node settings", func(ctx context.Context) error {
+	if err := kubeclient.Retry(ctx, "publishing the node settings", startupRetry, func(ctx context.Context) error {
 		return nodeconfig.Publish(ctx, client, nc)
 	}); err != nil {
 		return err
@@ -52,7 +50,7 @@ func (s *server) publishNodeConfig(ctx context.Context, o CompletedOptions) erro
 	if o.Network.KubeProxyMode == "" {
 		return nil
 	}
-	return retryTransient(ctx, "letting nodes run kube-proxy", func(ctx context.Context) error {
+	return kubeclient.Retry(ctx, "letting nodes run kube-proxy", startupRetry, func(ctx context.Context) error {
 		return kubeproxy.EnsureRBAC(ctx, client)
 	})
 }
@@ -69,18 +67,19 @@ func (o CompletedOptions) nodeSettings() nodeconfig.Config {
 }
 
 // startNode makes the server its own node when a container runtime is there,
-// as a k3s server is: the kubelet runs in this process with node
-// credentials minted from the client CA (no token), after the airgap images
-// are imported; the pod network is written once the node has a pod CIDR.
-// With no runtime it logs how to add one and the server stays a control plane.
+// as a k3s server is: the node (pkg/node) runs in this process with
+// credentials minted from the server's CAs (no token). It starts in the
+// background: the server is ready without waiting for its node, and a node
+// part that ends takes the server down, as the kubelet's end always did.
+// With no runtime it logs how to add one and the server stays a control
+// plane.
 func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) error {
 	logger := klog.FromContext(ctx)
-	if o.Disabled[componentKubelet] {
+	if o.Disabled[node.PartKubelet] {
 		logger.V(1).Info("The kubelet is disabled: this server is a control plane only")
 		return nil
 	}
-	begin := time.Now()
-	rt, err := criruntime.Detect(ctx, o.Node.RuntimeEndpoint)
+	rt, err := node.DetectRuntime(ctx, o.Node.RuntimeEndpoint)
 	switch {
 	case err == nil:
 	case o.Node.RuntimeEndpoint == "" && errors.Is(err, criruntime.ErrNoRuntime):
@@ -92,42 +91,45 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 	default:
 		return fmt.Errorf("--container-runtime-endpoint: %w", err)
 	}
-	for _, w := range rt.Warnings {
-		logger.Info("Container runtime: "+w, "runtime", rt.Name, "version", rt.Version)
-	}
-
-	paths := agent.PathsIn(filepath.Join(o.DataDir, agentDirName))
-	if err := kubelet.ValidateRootDir(paths.RootDir, "--data-dir"); err != nil {
+	if err := o.nodeReachesAPI(rt.Name + " " + rt.Version); err != nil {
 		return err
 	}
-	if _, err := certs.EnsureNodeClient(ctx, s.pki, o.Node.Name, paths.CertDir, paths.Kubeconfig, localServerURL(o.BindAddress, port)); err != nil {
-		return err
-	}
-	if err := dropForeignServing(ctx, s.pki, paths.CertDir); err != nil {
-		return err
-	}
-	kopts := o.Node.kubeletOptions(paths, rt.Endpoint, s.pki.ClientCA.Cert, o.nodeSettings())
-	k, err := kubelet.New(kopts)
+	admin, err := s.adminClient("node-identity")
 	if err != nil {
 		return err
 	}
-	images := &agent.Images{Dir: paths.Images, RuntimeEndpoint: rt.Endpoint, Pinned: []string{o.Node.PauseImage}}
-	network, err := nodeNetwork(ctx, o.Node, paths, o.Network, o.ClusterCIDR)
+	// The node's address, as its kubelet reports it and its serving
+	// certificate names it.
+	settings, err := o.Node.WithDefaultIP()
 	if err != nil {
 		return err
 	}
-	components := append([]Component{images, k}, network...)
-	if np := networkPolicy(ctx, o.Disabled[componentNetworkPolicy], o.Node.Name, paths.Kubeconfig); np != nil {
-		components = append(components, np)
+	n, err := node.New(node.Config{
+		Settings: settings,
+		Dir:      filepath.Join(o.DataDir, node.DirName),
+		Runtime:  rt,
+		Credentials: &node.LocalCA{
+			PKI: s.pki, Server: localServerURL(o.BindAddress, port), Admin: admin, IPs: settings.IPs,
+			Settings: o.nodeSettings(), Network: o.Network,
+		},
+		Disabled: o.Disabled,
+		InServer: true,
+	})
+	if err != nil {
+		return err
 	}
-	for _, c := range components {
-		if err := s.mgr.start(ctx, c, stopTimeout); err != nil {
-			return err
-		}
+	if err := s.mgr.StartBackground(ctx, n); err != nil {
+		return err
 	}
 	logger.Info("This server is a node too", "node", o.Node.Name, "runtime", rt.Name+" "+rt.Version,
-		"duration", time.Since(begin).Round(time.Millisecond))
-	return nil
+		"duration", time.Since(n.Began()).Round(time.Millisecond))
+	return s.mgr.StartBackground(ctx, background.NewTask("node-ready", func(taskCtx context.Context) {
+		if err := n.Ready(taskCtx); err == nil {
+			logger.Info(fmt.Sprintf("Node %s is Ready in %.1f s", o.Node.Name, time.Since(n.Began()).Seconds()))
+		} else if taskCtx.Err() == nil {
+			logger.Error(err, "The node did not become ready", "node", o.Node.Name)
+		}
+	}))
 }
 
 // localServerURL is how a component of this process reaches the API: the
@@ -147,48 +149,10 @@ func localServerHost(bind net.IP) net.IP {
 	return bind
 }
 
-// adminClient is a client with the admin kubeconfig.
-func adminClient(kubeconfig string) (kubernetes.Interface, error) {
-	cfg, err := adminConfig(kubeconfig, "edgeplane")
-	if err != nil {
-		return nil, err
-	}
-	return kubernetes.NewForConfig(cfg)
-}
-
-// adminConfig is the admin kubeconfig's client config, as agent, at 50 QPS
-// with a burst of 100: client-go's 5 / 10 made start-up's runs of requests
-// wait (node join's last five ~150 ms of a warm restart).
-func adminConfig(kubeconfig, agent string) (*rest.Config, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("admin kubeconfig: %w", err)
-	}
-	cfg.UserAgent = agent
-	cfg.QPS, cfg.Burst = 50, 100
-	return cfg, nil
-}
-
-// retryTransient runs f until it succeeds, for up to a minute: the API
-// server may still be settling its bootstrap roles when this runs.
-func retryTransient(ctx context.Context, what string, f func(context.Context) error) error {
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		if last = f(ctx); last == nil {
-			return true, nil
-		}
-		if apierrors.IsInvalid(last) || apierrors.IsBadRequest(last) {
-			return false, last
-		}
-		return false, nil
-	})
-	if err != nil && last != nil {
-		err = last
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
+// adminClient is a client of this server as its admin, for the start-up
+// step named part.
+func (s *server) adminClient(part string) (kubernetes.Interface, error) {
+	return kubeclient.New(s.pki.AdminKubeconfig, part, kubeclient.Burst)
 }
 
 func readFile(path string) ([]byte, error) {
@@ -197,4 +161,9 @@ func readFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", path, unwrapPath(err))
 	}
 	return b, nil
+}
+
+// validateNodeDir reports a node directory the kubelet cannot use.
+func validateNodeDir(dataDir string) error {
+	return kubelet.ValidateRootDir(node.PathsIn(filepath.Join(dataDir, node.DirName)).RootDir, "--data-dir")
 }

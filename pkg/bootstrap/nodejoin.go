@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -10,13 +9,11 @@ import (
 	"strconv"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	"github.com/edgeplane/edgeplane/pkg/controllers"
 	"github.com/edgeplane/edgeplane/pkg/kubeadmcompat"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
@@ -35,9 +32,9 @@ const nodeJoinRetry = 20 * time.Second
 // when its Secret was deleted).
 func (s *server) startNodeJoin(ctx context.Context, o CompletedOptions) error {
 	logger := klog.FromContext(ctx)
-	cfg, err := adminConfig(s.pki.AdminKubeconfig, "edgeplane-node-join")
+	cfg, err := kubeclient.Config(s.pki.AdminKubeconfig, "node-join", kubeclient.Burst)
 	if err != nil {
-		return fmt.Errorf("node join: %w", err)
+		return err
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -87,8 +84,8 @@ func (s *server) startNodeJoin(ctx context.Context, o CompletedOptions) error {
 		}},
 	}
 	for _, st := range steps {
-		if err := retryAPI(ctx, nodeJoinRetry, st.run); err != nil {
-			return fmt.Errorf("node join: %s: %w", st.what, err)
+		if err := kubeclient.Retry(ctx, "node join: "+st.what, nodeJoinRetry, st.run); err != nil {
+			return err
 		}
 	}
 	logger.Info("Nodes can join", "server", compat.ServerURL, "tokenID", tok.ID, "tokenFile", nodetoken.FileName)
@@ -111,28 +108,4 @@ func portOf(serverURL string) (int, error) {
 		return 0, err
 	}
 	return strconv.Atoi(u.Port())
-}
-
-// retryAPI runs f until it succeeds, retrying errors that may pass (the API
-// server settling, a conflict, a timeout) for up to window; an invalid or
-// forbidden request, or a problem that is not the API's, fails at once.
-func retryAPI(ctx context.Context, window time.Duration, f func(context.Context) error) error {
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, window, true, func(ctx context.Context) (bool, error) {
-		last = f(ctx)
-		switch {
-		case last == nil:
-			return true, nil
-		case apierrors.IsInvalid(last), apierrors.IsBadRequest(last), apierrors.IsForbidden(last), apierrors.IsUnauthorized(last):
-			return false, last
-		case apierrors.ReasonForError(last) == metav1.StatusReasonUnknown && !errors.As(last, new(net.Error)):
-			return false, last // not from the API: retrying will not help
-		}
-		klog.FromContext(ctx).V(2).Info("Retrying", "err", last.Error())
-		return false, nil
-	})
-	if err != nil && last != nil {
-		return last
-	}
-	return err
 }

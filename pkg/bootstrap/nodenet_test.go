@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
+	"github.com/edgeplane/edgeplane/pkg/node"
 )
 
 func TestNetworkOptionsComplete(t *testing.T) {
@@ -13,13 +13,13 @@ func TestNetworkOptionsComplete(t *testing.T) {
 		opts        NetworkOptions
 		disabled    map[string]bool
 		clusterCIDR string
-		want        networkCompleted
+		want        node.Network
 		wantErr     string
 	}{
-		{name: "defaults", opts: newNetworkOptions(), clusterCIDR: "10.42.0.0/16", want: networkCompleted{FlannelBackend: "vxlan", KubeProxyMode: "auto"}},
-		{name: "host-gw, iptables", opts: NetworkOptions{FlannelBackend: "Host-GW", KubeProxyMode: "iptables"}, clusterCIDR: "10.42.0.0/16", want: networkCompleted{FlannelBackend: "host-gw", KubeProxyMode: "iptables"}},
-		{name: "disable both", opts: newNetworkOptions(), disabled: map[string]bool{"flannel": true, "kube-proxy": true}, clusterCIDR: "10.42.0.0/16", want: networkCompleted{FlannelBackend: "none"}},
-		{name: "dual stack takes the IPv4 range", opts: newNetworkOptions(), clusterCIDR: "10.42.0.0/16,fd00:42::/56", want: networkCompleted{FlannelBackend: "vxlan", KubeProxyMode: "auto"}},
+		{name: "defaults", opts: newNetworkOptions(), clusterCIDR: "10.42.0.0/16", want: node.Network{FlannelBackend: "vxlan", KubeProxyMode: "auto"}},
+		{name: "host-gw, iptables", opts: NetworkOptions{FlannelBackend: "Host-GW", KubeProxyMode: "iptables"}, clusterCIDR: "10.42.0.0/16", want: node.Network{FlannelBackend: "host-gw", KubeProxyMode: "iptables"}},
+		{name: "disable both", opts: newNetworkOptions(), disabled: map[string]bool{"flannel": true, "kube-proxy": true}, clusterCIDR: "10.42.0.0/16", want: node.Network{FlannelBackend: "none"}},
+		{name: "dual stack takes the IPv4 range", opts: newNetworkOptions(), clusterCIDR: "10.42.0.0/16,fd00:42::/56", want: node.Network{FlannelBackend: "vxlan", KubeProxyMode: "auto"}},
 		{name: "IPv6 only needs none", opts: newNetworkOptions(), clusterCIDR: "fd00:42::/56", wantErr: "needs an IPv4 --cluster-cidr"},
 		{name: "bad backend", opts: NetworkOptions{FlannelBackend: "udp", KubeProxyMode: "auto"}, clusterCIDR: "10.42.0.0/16", wantErr: `--flannel-backend "udp"`},
 		{name: "bad mode", opts: NetworkOptions{FlannelBackend: "none", KubeProxyMode: "ipvs"}, clusterCIDR: "10.42.0.0/16", wantErr: `--kube-proxy-mode "ipvs"`},
@@ -34,27 +34,6 @@ func TestNetworkOptionsComplete(t *testing.T) {
 			}
 			if len(errs) > 0 || got != tc.want {
 				t.Fatalf("complete = %+v, %v; want %+v", got, errs, tc.want)
-			}
-		})
-	}
-}
-
-// TestAgentNetwork: an agent runs what the server published, and nothing
-// when the server published nothing (an older server) or a value it does
-// not know.
-func TestAgentNetwork(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		nc   nodeconfig.Config
-		want networkCompleted
-	}{
-		{name: "server's choice", nc: nodeconfig.Config{ClusterCIDR: "10.42.0.0/16", FlannelBackend: "host-gw", KubeProxyMode: "nftables"}, want: networkCompleted{FlannelBackend: "host-gw", KubeProxyMode: "nftables"}},
-		{name: "older server", nc: nodeconfig.Config{}, want: networkCompleted{FlannelBackend: "none"}},
-		{name: "unknown values", nc: nodeconfig.Config{ClusterCIDR: "10.42.0.0/16", FlannelBackend: "udp", KubeProxyMode: "ipvs"}, want: networkCompleted{FlannelBackend: "none"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := agentNetwork(tc.nc); got != tc.want {
-				t.Fatalf("agentNetwork = %+v, want %+v", got, tc.want)
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/controllers"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
 	"github.com/edgeplane/edgeplane/pkg/manifests"
+	"github.com/edgeplane/edgeplane/pkg/node"
 	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 	"github.com/edgeplane/edgeplane/pkg/preflight"
 )
@@ -50,7 +51,7 @@ type Options struct {
 	AllowPrivileged     bool
 	Day2                Day2Options
 	Cluster             ClusterOptions
-	Node                NodeOptions
+	Node                node.Options
 	Network             NetworkOptions
 }
 
@@ -75,7 +76,7 @@ func NewOptions() *Options {
 		AllowPrivileged:     true,
 		Day2:                newDay2Options(),
 		Cluster:             newClusterOptions(),
-		Node:                newNodeOptions(),
+		Node:                node.NewOptions(),
 		Network:             newNetworkOptions(),
 	}
 }
@@ -108,7 +109,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WriteKubeconfigMode, "write-kubeconfig-mode", o.WriteKubeconfigMode, "File mode (octal) of the admin kubeconfig files.")
 	fs.DurationVar(&o.CompactionInterval, "compaction-interval", o.CompactionInterval, "How often the API server compacts old revisions in the datastore (0 turns it off; see docs/FLASH.md).")
 	fs.DurationVar(&o.NodeHeartbeat, "node-heartbeat", o.NodeHeartbeat, "How often every node renews its Lease; a node is NotReady after five missed renewals (50 s at upstream's 10 s). Longer writes less on many nodes and flaky links, and notices a dead node later (docs/NODES.md).")
-	fs.StringSliceVar(&o.Disable, "disable", o.Disable, "Components not to run, comma-separated (repeatable): "+strings.Join(disableable, ", ")+".")
+	fs.StringSliceVar(&o.Disable, "disable", o.Disable, "Components not to run, comma-separated (repeatable): "+strings.Join(disableable(false), ", ")+".")
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", o.ClusterCIDR, "Pod network: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma.")
 	fs.BoolVar(&o.AllocateNodeCIDRs, "allocate-node-cidrs", o.AllocateNodeCIDRs, "Give each Node a pod CIDR from --cluster-cidr (nodes need one for the pod network).")
 	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, fmt.Sprintf("Most open connections to the API port; new ones are closed at once while this many are open (0: the profile's, %d default, %d small).", defaultMaxConnections, smallMaxConnections))
@@ -161,9 +162,12 @@ type completedOptions struct {
 	Day2       day2Completed
 	Cluster    clusterCompleted
 	// Node is this server's own node, when a container runtime is there.
-	Node nodeCompleted
+	Node node.Settings
 	// Network is the cluster network every node runs.
-	Network networkCompleted
+	Network node.Network
+	// Endpoint says how the advertise address relates to this host
+	// (apiendpoint.go).
+	Endpoint apiEndpoint
 
 	// problems found while parsing, reported by Validate with the rest.
 	problems []error
@@ -208,7 +212,7 @@ func (o *Options) Complete() (CompletedOptions, error) {
 	}
 	c.Hostname = strings.ToLower(hostname)
 	var nodeErrs []error
-	c.Node, nodeErrs = o.Node.complete(c.Hostname)
+	c.Node, nodeErrs = o.Node.Complete(c.Hostname)
 	c.problems = append(c.problems, nodeErrs...)
 
 	switch {
@@ -225,6 +229,13 @@ func (o *Options) Complete() (CompletedOptions, error) {
 			bad("no --advertise-address given and no host address found (%v): pass --advertise-address", err)
 		}
 		c.AdvertiseAddress = ip
+	}
+	if c.Endpoint.explicit = o.AdvertiseAddress != ""; c.Endpoint.explicit && c.AdvertiseAddress != nil {
+		host, err := hostAddresses()
+		if err != nil {
+			bad("--advertise-address %s: listing this host's addresses: %v", c.AdvertiseAddress, err)
+		}
+		c.Endpoint.local = isHostAddress(c.AdvertiseAddress, host)
 	}
 	for _, san := range o.TLSSANs {
 		if san = strings.TrimSpace(san); san != "" {
@@ -252,7 +263,7 @@ func (o *Options) Complete() (CompletedOptions, error) {
 		c.Profile.MaxConnections = o.MaxConnections
 	}
 	var disableErrs []error
-	c.Disabled, disableErrs = parseDisable(o.Disable)
+	c.Disabled, disableErrs = parseDisable(false, o.Disable)
 	var day2Errs []error
 	c.Day2, day2Errs = o.Day2.complete()
 	c.problems = append(c.problems, day2Errs...)
@@ -294,6 +305,9 @@ func (c CompletedOptions) Validate() []error {
 	}
 	if ip := c.AdvertiseAddress; ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
 		errs = append(errs, fmt.Errorf("--advertise-address %s: Endpoints may not hold loopback or unspecified addresses; use the host's own address", ip))
+	}
+	if err := c.validateEndpoint(); err != nil {
+		errs = append(errs, err)
 	}
 	for _, san := range c.TLSSANs {
 		if net.ParseIP(san) != nil {

@@ -75,7 +75,7 @@ func FuzzServerFlags(f *testing.F) {
 			t.Fatalf("accepted --write-kubeconfig-mode %q as %v", mode, c.KubeconfigMode)
 		}
 		for name := range c.Disabled {
-			if !slices.Contains(disableable, name) {
+			if !slices.Contains(disableable(false), name) {
 				t.Fatalf("accepted --disable %q", name)
 			}
 		}
@@ -99,7 +99,7 @@ func FuzzParseDisable(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		set, errs := parseDisable([]string{v})
+		set, errs := parseDisable(false, []string{v})
 		for _, err := range errs {
 			if !strings.HasPrefix(err.Error(), "--disable ") {
 				t.Fatalf("error does not name the flag: %v", err)
@@ -107,12 +107,12 @@ func FuzzParseDisable(f *testing.F) {
 		}
 		var names []string
 		for name := range set {
-			if !slices.Contains(disableable, name) {
+			if !slices.Contains(disableable(false), name) {
 				t.Fatalf("%q: accepted unknown component %q", v, name)
 			}
 			names = append(names, name)
 		}
-		again, errs := parseDisable([]string{strings.Join(names, ",")})
+		again, errs := parseDisable(false, []string{strings.Join(names, ",")})
 		if len(errs) > 0 || len(again) != len(set) {
 			t.Fatalf("round trip of %v: %v, %v", names, again, errs)
 		}

@@ -17,7 +17,9 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"github.com/edgeplane/edgeplane/internal/background"
+	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/internal/gcpacer"
+	"github.com/edgeplane/edgeplane/internal/logfilter"
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/chain"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
@@ -32,7 +34,7 @@ const (
 
 // Run starts the control plane and blocks until ctx is cancelled (shutdown)
 // or a component ends on its own. It returns nil after a clean shutdown, also
-// one asked for during start-up, and a *ComponentEndedError naming the
+// one asked for during start-up, and a *component.EndedError naming the
 // component when one ended.
 func Run(ctx context.Context, o CompletedOptions) error {
 	gcPercent := tuneGoRuntime(ctx, o.Profile.GCPercent, o.HostMemory)
@@ -54,7 +56,7 @@ func Run(ctx context.Context, o CompletedOptions) error {
 // server is a started control plane.
 type server struct {
 	lock  *dataDirLock
-	mgr   manager
+	mgr   component.Manager
 	chain *chain.Server
 	pki   *certs.PKI
 	store datastore.Datastore
@@ -79,7 +81,7 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 		if rerr == nil {
 			return
 		}
-		_ = s.mgr.stopAll(context.WithoutCancel(ctx), stopTimeout)
+		_ = s.mgr.StopAll(context.WithoutCancel(ctx), stopTimeout)
 		if listener != nil {
 			_ = listener.Close()
 		}
@@ -87,6 +89,7 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	}()
 
 	logger.Info("Starting edgeplane", "profile", o.Profile.Name, "datastore", o.Datastore)
+	logEndpoint(ctx, o)
 	phase := time.Now()
 	lock, err := prepareDataDir(o.DataDir)
 	if err != nil {
@@ -118,7 +121,7 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	if o.WriteKubeconfig != "" {
 		s.kubeconfig = &kubeconfigCopy{src: pki.AdminKubeconfig, dst: o.WriteKubeconfig, mode: o.KubeconfigMode}
 	}
-	s.mgr.record(ctx, "certs", time.Since(phase))
+	s.mgr.Record(ctx, "certs", time.Since(phase))
 
 	if err := s.startDatastore(ctx, o, shared, etcdJoin); err != nil {
 		return nil, err
@@ -143,7 +146,7 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 	}
 	listener = nil // the chain's now: it closes it on a failed Start and on Stop
 	s.chain = apiserver
-	if err := s.mgr.start(ctx, apiserver, stopTimeout); err != nil {
+	if err := s.mgr.Start(ctx, apiserver, stopTimeout); err != nil {
 		return nil, err
 	}
 	if err := s.startAfterChain(ctx, o, port, storage, etcdJoin); err != nil {
@@ -175,6 +178,7 @@ func (s *server) startAfterChain(ctx context.Context, o CompletedOptions, port i
 	for _, step := range []func() error{
 		func() error { return s.startControllers(ctx, o) },
 		func() error { return s.startDay2(ctx, o, port, storage) },
+		func() error { return s.clearServiceEndpoint(ctx, o) },
 		waitJoin,
 		func() error { return etcdJoin.publish(ctx, s.pki) },
 		func() error { return s.publishNodeConfig(ctx, o) },
@@ -212,7 +216,7 @@ func (s *server) startDatastore(ctx context.Context, o CompletedOptions, shared 
 	if err != nil {
 		return err
 	}
-	if err := s.mgr.start(ctx, store, stopTimeout); err != nil {
+	if err := s.mgr.Start(ctx, store, stopTimeout); err != nil {
 		return err
 	}
 	s.store = store
@@ -227,6 +231,7 @@ func (s *server) chainConfig(o CompletedOptions, listener net.Listener, day2 cha
 		Day2:               day2,
 		Listener:           listener,
 		AdvertiseAddress:   o.AdvertiseAddress,
+		NoServiceEndpoint:  !o.publishesEndpoint(),
 		ServiceCIDR:        o.ServiceCIDR,
 		ClusterDomain:      o.ClusterDomain,
 		SharedDatastore:    o.sharedDatastore(),
@@ -258,7 +263,7 @@ func (s *server) startBackground(ctx context.Context, o CompletedOptions, gcPerc
 		tasks = append(tasks, t)
 	}
 	for _, t := range tasks {
-		if err := s.mgr.startBackground(ctx, t); err != nil {
+		if err := s.mgr.StartBackground(ctx, t); err != nil {
 			return err
 		}
 	}
@@ -269,7 +274,7 @@ func (s *server) startBackground(ctx context.Context, o CompletedOptions, gcPerc
 // (the API server chain, the datastore, the kubelet: every started Ender),
 // then stops everything in reverse order.
 func (s *server) wait(ctx context.Context) error {
-	ended := s.mgr.watch(ctx)
+	ended := s.mgr.Watch(ctx)
 	if err := s.shutdown(ctx, ended); err != nil && ended == nil {
 		return err
 	}
@@ -282,8 +287,9 @@ func (s *server) wait(ctx context.Context) error {
 
 // shutdown stops every started component in reverse order and unlocks the
 // data dir; ended is the component that ended on its own, if one did.
-func (s *server) shutdown(ctx context.Context, ended *ComponentEndedError) error {
+func (s *server) shutdown(ctx context.Context, ended *component.EndedError) error {
 	logger := klog.FromContext(ctx)
+	logfilter.Stopping()
 	if ended != nil {
 		logger.Error(ended.Err, "A component stopped on its own: shutting down", "component", ended.Component)
 	} else {
@@ -291,7 +297,7 @@ func (s *server) shutdown(ctx context.Context, ended *ComponentEndedError) error
 	}
 	notifyStopping(ctx)
 	begin := time.Now()
-	err := s.mgr.stopAll(context.WithoutCancel(ctx), stopTimeout)
+	err := s.mgr.StopAll(context.WithoutCancel(ctx), stopTimeout)
 	s.lock.release()
 	if err == nil {
 		logger.Info("edgeplane stopped", "duration", time.Since(begin).Round(time.Millisecond))

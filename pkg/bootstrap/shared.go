@@ -46,7 +46,7 @@ func (s *server) startShared(ctx context.Context, o CompletedOptions) (*sharedSt
 	if err != nil {
 		return nil, err
 	}
-	if err := s.mgr.start(ctx, store, stopTimeout); err != nil {
+	if err := s.mgr.Start(ctx, store, stopTimeout); err != nil {
 		return nil, err
 	}
 	sh := &sharedStore{store: store, shared: o.Cluster.Shared, dataDir: o.DataDir}

@@ -43,8 +43,9 @@ const (
 	bootstrapWorkers             = 8
 )
 
-// replacedHooks are the upstream hooks bootstrapHooks stands in for.
-var replacedHooks = []string{rbacrest.PostStartHookName, schedulingrest.PostStartHookName}
+// replacedHooks are the upstream hooks bootstrapHooks stands in for (the
+// last: systemnamespace.go).
+var replacedHooks = []string{rbacrest.PostStartHookName, schedulingrest.PostStartHookName, upstreamLegacyTokenTrackingHook}
 
 // bootstrapHooks returns edgeplane's hooks for the upstream hooks that are on
 // in disabled (before tune turns them off), keyed by name.
@@ -55,6 +56,9 @@ func bootstrapHooks(disabled sets.String) map[string]genericapiserver.PostStartH
 	}
 	if !disabled.Has(schedulingrest.PostStartHookName) {
 		hooks[bootstrapPriorityClassesHook] = retryingHook(bootstrapPriorityClassesHook, ensurePriorityClasses)
+	}
+	if !disabled.Has(upstreamLegacyTokenTrackingHook) {
+		hooks[legacyTokenTrackingHook] = startLegacyTokenTracking
 	}
 	return hooks
 }

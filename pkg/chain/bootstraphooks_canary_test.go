@@ -32,3 +32,27 @@ func TestCanaryUpstreamHooksWaitFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestCanaryLegacyTokenTrackingRace: upstream's legacy token tracking hook
+// (k8s.io/kubernetes v1.37.2) starts its controller at once, racing the
+// system namespaces controller's creation of kube-system; systemnamespace.go
+// replaces it with a hook that ensures kube-system first. Once upstream's
+// hook does anything before it starts the controller, this fails: see
+// whether systemnamespace.go may go.
+func TestCanaryLegacyTokenTrackingRace(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "k8s.io/kubernetes").Output()
+	if err != nil {
+		t.Fatalf("go list -m k8s.io/kubernetes: %v", err)
+	}
+	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "pkg/controlplane/apiserver/server.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hook = `AddPostStartHookOrDie("` + upstreamLegacyTokenTrackingHook + `", func(hookContext genericapiserver.PostStartHookContext) error {
+		go legacytokentracking.NewController(client).RunWithContext(hookContext)
+		return nil
+	})`
+	if !strings.Contains(string(src), hook) {
+		t.Fatalf("upstream's %s hook changed: check whether it still races kube-system's creation, and whether systemnamespace.go may go", upstreamLegacyTokenTrackingHook)
+	}
+}

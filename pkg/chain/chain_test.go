@@ -52,14 +52,17 @@ func TestSingleServerTuning(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		shared         bool
+		noEndpoint     bool
 		wantReconciler reconcilers.Type
 		wantDisabled   bool
 	}{
-		{"one server owns its datastore", false, reconcilers.MasterCountReconcilerType, true},
-		{"servers share a datastore", true, reconcilers.LeaseEndpointReconcilerType, false},
+		{"one server owns its datastore", false, false, reconcilers.MasterCountReconcilerType, true},
+		{"servers share a datastore", true, false, reconcilers.LeaseEndpointReconcilerType, false},
+		{"one server for its own host only", false, true, reconcilers.NoneEndpointReconcilerType, true},
+		{"servers share a datastore, this one for its own host only", true, true, reconcilers.NoneEndpointReconcilerType, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, count := endpointReconciler(tc.shared)
+			got, count := endpointReconciler(tc.shared, tc.noEndpoint)
 			if got != tc.wantReconciler || count != 1 {
 				t.Errorf("endpointReconciler = %s, %d", got, count)
 			}

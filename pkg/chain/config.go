@@ -55,6 +55,10 @@ type Config struct {
 	// it keeps the identity lease, peer-endpoint and lease-based endpoint
 	// reconcilers that a single server does without (see tune.go).
 	SharedDatastore bool
+	// NoServiceEndpoint publishes no endpoint for the `kubernetes` Service
+	// (upstream's none endpoint reconciler): the server is reachable from
+	// its own host only, so AdvertiseAddress is served to nobody.
+	NoServiceEndpoint bool
 	// Day2 holds secrets encryption and audit logging (optional).
 	Day2 Day2
 	// AllowPrivileged admits pods with privileged containers (upstream's

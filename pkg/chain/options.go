@@ -80,7 +80,7 @@ func buildOptions(c *Config, authnConfigFile string) (*options.ServerRunOptions,
 		string(corev1.NodeInternalIP), string(corev1.NodeExternalIP), string(corev1.NodeHostName),
 		string(corev1.NodeInternalDNS), string(corev1.NodeExternalDNS),
 	}
-	reconciler, count := endpointReconciler(c.SharedDatastore)
+	reconciler, count := endpointReconciler(c.SharedDatastore, c.NoServiceEndpoint)
 	s.EndpointReconcilerType, s.MasterCount = string(reconciler), count
 	applyDay2(s, c.Day2)
 	applyTuningOptions(s, c.Tuning)

@@ -26,8 +26,11 @@ var singleServerDisabledHooks = []string{
 // The lease reconciler rewrites masterleases/<IP> every 10 s so that several
 // servers can each keep their address listed; one server needs no lease: the
 // master-count reconciler with a count of one writes only when the address
-// changes.
-func endpointReconciler(shared bool) (reconcilers.Type, int) {
+// changes. A server that publishes no endpoint runs none.
+func endpointReconciler(shared, noEndpoint bool) (reconcilers.Type, int) {
+	if noEndpoint {
+		return reconcilers.NoneEndpointReconcilerType, 1
+	}
 	if shared {
 		return reconcilers.LeaseEndpointReconcilerType, 1
 	}

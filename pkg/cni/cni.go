@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,11 +19,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
 	"github.com/edgeplane/edgeplane/internal/atomicfile"
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 )
 
 // Defaults, as the runtimes' own: containerd and CRI-O read /etc/cni/net.d.
@@ -165,7 +164,7 @@ func WaitForPodCIDRs(ctx context.Context, client kubernetes.Interface, node stri
 		switch {
 		case err == nil:
 			cidrs = podCIDRs(n)
-		case apierrors.IsNotFound(err), isTransient(err):
+		case apierrors.IsNotFound(err), kubeclient.Transient(err):
 		default:
 			return false, fmt.Errorf("cni: reading node %s: %w", node, err)
 		}
@@ -189,40 +188,4 @@ func podCIDRs(n *corev1.Node) []string {
 		return []string{n.Spec.PodCIDR}
 	}
 	return nil
-}
-
-func isTransient(err error) bool {
-	var netErr net.Error
-	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
-		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || errors.As(err, &netErr) ||
-		apierrors.IsUnauthorized(err) // node credentials appear a moment after the kubelet starts
-}
-
-// WaitForClient polls for a node's kubeconfig (on an agent the kubelet's
-// TLS bootstrap writes it, and the certificate it names, after start) and
-// builds a client from it.
-func WaitForClient(ctx context.Context, kubeconfig, userAgent string) (kubernetes.Interface, error) {
-	var client kubernetes.Interface
-	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
-		if _, err := os.Stat(kubeconfig); err != nil {
-			return false, nil
-		}
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return false, nil
-		}
-		if cfg.CertFile != "" {
-			if _, err := os.Stat(cfg.CertFile); err != nil {
-				return false, nil
-			}
-		}
-		cfg.UserAgent = userAgent
-		c, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return false, fmt.Errorf("%s: %w", userAgent, err)
-		}
-		client = c
-		return true, nil
-	})
-	return client, err
 }

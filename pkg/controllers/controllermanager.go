@@ -10,11 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/configz"
 	"k8s.io/klog/v2"
@@ -71,7 +71,7 @@ func (m *ControllerManager) Check(_ *http.Request) error { return m.check() }
 // ctx ends. Every term rebuilds everything: upstream's Run shuts its event
 // broadcaster and informers down when it returns.
 func (m *ControllerManager) term(ctx context.Context, ready func()) error {
-	admin, err := clientFor(m.opts.PKI.AdminKubeconfig, "edgeplane-rbac")
+	admin, err := kubeclient.New(m.opts.PKI.AdminKubeconfig, "controllers-rbac", kubeclient.Burst)
 	if err != nil {
 		return err
 	}
@@ -177,15 +177,4 @@ type quietEvents struct{ record.EventBroadcaster }
 
 func (q quietEvents) StartStructuredLogging(klog.Level) watch.Interface {
 	return q.EventBroadcaster.StartStructuredLogging(eventLogLevel)
-}
-
-// clientFor builds a clientset from a kubeconfig file.
-func clientFor(kubeconfig, agent string) (kubernetes.Interface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", kubeconfig, err)
-	}
-	cfg.UserAgent = agent
-	cfg.QPS, cfg.Burst = clientQPS, clientBurst // client-go's 5/10 throttled start-up's bursts
-	return kubernetes.NewForConfig(cfg)
 }

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
@@ -79,7 +79,7 @@ func newRunner(name, lease, kubeconfig string, leaderElect bool, term termFunc) 
 // kubeconfigLock is a kube-system Lease lock using the component's identity,
 // with upstream's request timeout of half the renew deadline.
 func (r *runner) kubeconfigLock(identity string) (resourcelock.Interface, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", r.kubeconfig)
+	cfg, err := kubeclient.Config(r.kubeconfig, r.name+"-leader-election", kubeclient.Steady)
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,10 @@
 //
 // Lifecycle: Start returns at once; the network comes up in the background
 // once the node has registered and the node IPAM controller has given it a
-// pod CIDR (the kubelet registers the node, so nothing may wait for it at
-// start-up). MTU blocks until the backend has chosen its MTU.
+// pod CIDR (the kubelet registers the node). Ready and MTU block until the
+// backend is up and has chosen its MTU. A network that fails to come up, or
+// fails later, ends the component (Done, Err), and with it the node: a
+// node whose pods cannot reach the other nodes must not look healthy.
 package flannel
 
 import (
@@ -39,6 +41,8 @@ import (
 	_ "github.com/flannel-io/flannel/pkg/backend/wireguard"
 
 	"github.com/edgeplane/edgeplane/internal/atomicfile"
+	"github.com/edgeplane/edgeplane/internal/component"
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	"github.com/edgeplane/edgeplane/pkg/cni"
 )
 
@@ -93,8 +97,7 @@ type Config struct {
 	ClusterCIDR string
 	// Backend is one of Backends other than none.
 	Backend string
-	// Kubeconfig holds the node's credentials; on an agent TLS bootstrap
-	// writes it after start.
+	// Kubeconfig holds the node's credentials.
 	Kubeconfig string
 	// Dir holds net-conf.json and subnet.env.
 	Dir string
@@ -106,6 +109,7 @@ type Config struct {
 // Flannel is the component.
 type Flannel struct {
 	cfg Config
+	component.Status
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the starter and flannel's own goroutines
@@ -161,8 +165,8 @@ func (f *Flannel) Start(ctx context.Context) error {
 	return nil
 }
 
-// Ready is immediate: see the package comment.
-func (f *Flannel) Ready(context.Context) error { return nil }
+// Ready waits until the network across nodes is up.
+func (f *Flannel) Ready(ctx context.Context) error { return f.WaitReady(ctx) }
 
 // Stop ends flannel's goroutines. The routes, the vxlan device and the
 // rules stay: pods keep their network while the node restarts.
@@ -217,20 +221,24 @@ func (f *Flannel) netConf() ([]byte, error) {
 }
 
 // run brings the network up once the node has a pod CIDR, then runs the
-// backend until ctx ends. Errors are logged: the pods of this node stay on
-// its bridge and cannot reach other nodes until a restart fixes the cause.
+// backend until ctx ends. Anything else ends the component.
 func (f *Flannel) run(ctx context.Context) {
-	logger := klog.FromContext(ctx)
 	err := f.up(ctx)
-	if err != nil && ctx.Err() == nil {
-		logger.Error(err, "The pod network across nodes is down: pods on this node reach only this node's pods")
+	if ctx.Err() != nil {
+		f.setMTU(0, ctx.Err())
+		return
 	}
+	if err == nil {
+		err = component.ErrEndedOnItsOwn
+	}
+	err = fmt.Errorf("the pod network across nodes is down: %w", err)
 	f.setMTU(0, err)
+	f.End(err)
 }
 
 func (f *Flannel) up(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	client, err := cni.WaitForClient(ctx, f.cfg.Kubeconfig, "edgeplane/flannel")
+	client, err := kubeclient.New(f.cfg.Kubeconfig, "flannel", kubeclient.Steady)
 	if err != nil {
 		return err
 	}
@@ -288,11 +296,18 @@ func (f *Flannel) up(ctx context.Context) error {
 	logger.Info("The pod network across nodes is up", "backend", f.cfg.Backend, "interface", extIface.Iface.Name,
 		"subnet", lease.Subnet.String(), "mtu", bn.MTU())
 	f.setMTU(bn.MTU(), nil)
+	f.MarkReady()
 
-	f.wg.Go(func() { bn.Run(ctx) })
-	// CompleteLease runs until ctx ends (the kube manager only waits).
+	// The backend carries the traffic until ctx ends; CompleteLease
+	// marks the Node's network available and returns.
+	backendDone := make(chan struct{})
+	f.wg.Go(func() { defer close(backendDone); bn.Run(ctx) })
 	if err := sm.CompleteLease(ctx, lease, &f.wg); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("flannel: lease: %w", err)
+	}
+	<-backendDone
+	if ctx.Err() == nil {
+		return fmt.Errorf("flannel: the %s backend stopped", f.cfg.Backend)
 	}
 	return nil
 }

@@ -49,11 +49,16 @@ func (o *Options) server(logger klog.Logger, cgroupV2 bool) (*kubeletoptions.Kub
 	f.BootstrapKubeconfig = o.BootstrapKubeconfig
 	f.CertDirectory = o.CertDir
 	f.RootDirectory = o.RootDir
-	// Client certificates rotate through CSRs (auto-approved for nodes);
-	// the serving certificate comes from a kubelet-serving CSR that edgeplane
-	// approves only for the node's own names and addresses.
+	// Client certificates rotate through CSRs (a node renews its own).
+	// The serving certificate is the server's own node's files, or comes
+	// from a kubelet-serving CSR that edgeplane approves only for the
+	// node's own names and addresses.
 	c.RotateCertificates = true
-	c.ServerTLSBootstrap = true
+	if o.ServingCertFile != "" {
+		c.TLSCertFile, c.TLSPrivateKeyFile = o.ServingCertFile, o.ServingKeyFile
+	} else {
+		c.ServerTLSBootstrap = true
+	}
 
 	// The kubelet's API: client certificates from ClientCAFile (the API
 	// server's), bearer tokens checked by TokenReview, every request

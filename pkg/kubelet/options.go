@@ -77,6 +77,15 @@ type Options struct {
 	// ClientCAFile is the CA of clients allowed to call the kubelet's API
 	// (the API server's kubelet client certificate chains to it).
 	ClientCAFile string
+	// ServingCertFile and ServingKeyFile are the kubelet's serving
+	// certificate (a server's own node: the server mints and renews it,
+	// the kubelet reloads the files). Empty: the kubelet asks for one
+	// through a kubelet-serving CSR and rotates it.
+	ServingCertFile string
+	ServingKeyFile  string
+	// InServer: the kubelet runs in a server's process, where feature
+	// gates are the API server's too.
+	InServer bool
 
 	// RuntimeEndpoint is the CRI socket, "unix:///run/containerd/containerd.sock".
 	RuntimeEndpoint string
@@ -158,9 +167,17 @@ func (o *Options) Validate() []error {
 		}
 	}
 	for _, a := range o.ExtraArgs {
-		if _, err := splitArg(a); err != nil {
+		arg, err := splitArg(a)
+		if err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		if name, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "="); o.InServer && name == "feature-gates" {
+			errs = append(errs, fmt.Errorf("--kubelet-arg %s: on a server that is its own node the kubelet runs in the API server's process, whose feature gates it would change too; run what needs the gate on an agent", a))
+		}
+	}
+	if (o.ServingCertFile == "") != (o.ServingKeyFile == "") {
+		errs = append(errs, errors.New("kubelet: a serving certificate needs both its certificate and its key file"))
 	}
 	return errs
 }

@@ -38,6 +38,12 @@ func TestValidate(t *testing.T) {
 			want: []string{`root dir "kubelet" is not an absolute path`, "no container runtime endpoint"}},
 		{name: "cgroup driver", edit: func(o *Options) { o.CgroupDriver = "cgroupv2" }, want: []string{`cgroup driver "cgroupv2"`}},
 		{name: "empty kubelet arg", edit: func(o *Options) { o.ExtraArgs = []string{"=x"} }, want: []string{"want name=value"}},
+		{name: "feature gates on an agent", edit: func(o *Options) { o.ExtraArgs = []string{"feature-gates=KubeletTracing=false"} }},
+		{name: "feature gates in a server's process", edit: func(o *Options) {
+			o.InServer = true
+			o.ExtraArgs = []string{"feature-gates=KubeletTracing=false"}
+		}, want: []string{"in the API server's process, whose feature gates it would change too"}},
+		{name: "serving certificate without its key", edit: func(o *Options) { o.ServingCertFile = "/d/kubelet.crt" }, want: []string{"both its certificate and its key"}},
 		{name: "root dir at the socket limit", edit: func(o *Options) { o.RootDir = "/" + strings.Repeat("r", maxUnixPath-len(longestSocket)-1) }},
 		{name: "root dir over the socket limit", edit: func(o *Options) { o.RootDir = "/" + strings.Repeat("r", maxUnixPath-len(longestSocket)) },
 			want: []string{"use a data dir at most 1 bytes shorter"}},
@@ -138,6 +144,26 @@ func TestServerSettings(t *testing.T) {
 		if check.got != check.want {
 			t.Errorf("%s = %v, want %v", check.what, check.got, check.want)
 		}
+	}
+}
+
+// TestServingCertFiles: a serving certificate the server minted is used
+// as files (the kubelet reloads them), with no serving CSR.
+func TestServingCertFiles(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	o := validOptions()
+	o.ServingCertFile, o.ServingKeyFile = "/d/kubelet-serving.crt", "/d/kubelet-serving.key"
+	o.CgroupDriver = "systemd"
+	s, err := o.server(logger, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.KubeletConfiguration
+	if c.ServerTLSBootstrap || c.TLSCertFile != o.ServingCertFile || c.TLSPrivateKeyFile != o.ServingKeyFile {
+		t.Errorf("serving: bootstrap %v, files %q %q; want the given files and no CSR", c.ServerTLSBootstrap, c.TLSCertFile, c.TLSPrivateKeyFile)
+	}
+	if c.CgroupDriver != "systemd" {
+		t.Errorf("cgroup driver %q, want the runtime's systemd", c.CgroupDriver)
 	}
 }
 

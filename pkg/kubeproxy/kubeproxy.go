@@ -14,11 +14,13 @@
 // system:nodes (EnsureRBAC), so no second certificate needs minting and
 // rotating per node.
 //
-// Lifecycle: Start returns at once and the proxy starts in the background
-// when the node's credentials exist (on an agent, TLS bootstrap writes them
-// after start). Stop cancels its context; upstream v1.37.2's ProxyServer.Run
-// starts its sync loop and node informer without a way to stop them, so
-// they end with the process (docs/RELIABILITY.md).
+// Lifecycle: Start returns at once and the proxy starts in the background.
+// Ready waits for its first sync of the Services' rules; a proxy that fails
+// ends the component (Done, Err), and with it the node. Stop cancels its
+// context; upstream v1.37.2's ProxyServer.Run starts its sync loop and
+// informers without a way to stop them (wait.NeverStop), so they end with
+// the process (docs/RELIABILITY.md; TestUpstreamProxyOutlivesStop fails once
+// upstream stops them with the context).
 package kubeproxy
 
 import (
@@ -29,14 +31,16 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	proxyapp "k8s.io/kubernetes/cmd/kube-proxy/app"
 	"sigs.k8s.io/knftables"
 
 	"github.com/edgeplane/edgeplane/internal/background"
-	"github.com/edgeplane/edgeplane/pkg/cni"
+	"github.com/edgeplane/edgeplane/internal/component"
 )
 
 // Modes, as --kube-proxy-mode names them.
@@ -90,6 +94,7 @@ type Config struct {
 type Proxy struct {
 	cfg  Config
 	loop background.Loop
+	component.Status
 }
 
 // New checks cfg.
@@ -114,8 +119,8 @@ func (p *Proxy) Start(ctx context.Context) error {
 	return nil
 }
 
-// Ready is immediate: see the package comment.
-func (p *Proxy) Ready(context.Context) error { return nil }
+// Ready waits for the proxy's first sync of the Services' rules.
+func (p *Proxy) Ready(ctx context.Context) error { return p.WaitReady(ctx) }
 
 // Stop cancels the proxy's context (see the package comment for what
 // upstream leaves running). The rules stay: Services keep answering while
@@ -126,26 +131,72 @@ func (p *Proxy) Stop(ctx context.Context) error {
 
 func (p *Proxy) run(ctx context.Context, args []string) {
 	logger := klog.FromContext(ctx)
-	if _, err := cni.WaitForClient(ctx, p.cfg.Kubeconfig, "edgeplane/kube-proxy"); err != nil {
-		return // ctx ended
-	}
 	o, err := options(args)
 	if err != nil {
-		logger.Error(err, "Services will not answer on this node")
+		p.End(fmt.Errorf("services will not answer on this node: %w", err))
 		return
 	}
 	logger.Info("Starting kube-proxy", "mode", p.cfg.Mode)
 	done := make(chan error, 1)
 	// Options.Run returns only on an error (see the package comment).
 	go func() { done <- o.Run(ctx) }()
+	go p.waitSynced(ctx)
 	select {
 	case err := <-done:
-		if err != nil && ctx.Err() == nil {
-			logger.Error(err, "kube-proxy stopped: Services will not answer on this node")
+		if ctx.Err() == nil {
+			if err == nil {
+				err = component.ErrEndedOnItsOwn
+			}
+			p.End(fmt.Errorf("services no longer answer on this node: %w", err))
 		}
 	case <-ctx.Done():
 	}
 }
+
+// syncPoll is how often Ready looks for the proxy's first sync.
+const syncPoll = 250 * time.Millisecond
+
+// waitSynced marks the proxy ready once it has written the Services' rules
+// once: upstream's sync_proxy_rules_last_timestamp_seconds, in this
+// process's metrics registry, is set then.
+func (p *Proxy) waitSynced(ctx context.Context) {
+	t := time.NewTicker(syncPoll)
+	defer t.Stop()
+	for {
+		if lastSync() > 0 {
+			p.MarkReady()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// lastSync is when the proxy last synced its rules (Unix seconds; 0: never).
+func lastSync() float64 {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return 0
+	}
+	var last float64
+	for _, f := range families {
+		if f.GetName() != syncedMetric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			last = max(last, m.GetGauge().GetValue())
+		}
+	}
+	return last
+}
+
+// syncedMetric is upstream's gauge of the last successful sync.
+const syncedMetric = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
 
 // options parses args with upstream's flag set, then completes and
 // validates them as upstream's command does.

@@ -40,11 +40,11 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"github.com/edgeplane/edgeplane/internal/background"
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 )
 
 // DefaultInterval is how often the directory and the applied objects are
@@ -161,11 +161,10 @@ func (c *Controller) Checks() int {
 }
 
 func (c *Controller) newClient() (*client, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.o.Kubeconfig)
+	cfg, err := kubeclient.Config(c.o.Kubeconfig, "manifests", kubeclient.Steady)
 	if err != nil {
-		return nil, fmt.Errorf("manifests: kubeconfig: %w", err)
+		return nil, err
 	}
-	cfg.UserAgent = "edgeplane-manifests"
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("manifests: %w", err)

@@ -2,21 +2,24 @@ package netpol
 
 import (
 	"context"
+	"fmt"
 
 	"k8s.io/klog/v2"
 
 	"github.com/edgeplane/edgeplane/internal/background"
-	"github.com/edgeplane/edgeplane/pkg/cni"
+	"github.com/edgeplane/edgeplane/internal/component"
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 )
 
 // ComponentName is the component's name, and its --disable name.
 const ComponentName = "network-policy"
 
-// Component runs the Controller on a node, as a bootstrap component. Like
-// the pod network writer it works in the background: the node's
-// credentials may appear only after the kubelet's TLS bootstrap, so nothing
-// waits for it at start-up. Stop leaves the table in place, so a restart
-// does not open the pods to traffic the policies deny.
+// Component runs the Controller on a node, as a node component. It works
+// in the background; Ready waits for the first write of the table, and a
+// controller that fails ends the component (Done, Err), and with it the
+// node: a node that no longer enforces its policies must not look healthy.
+// Stop leaves the table in place, so a restart does not open the pods to
+// traffic the policies deny.
 type Component struct {
 	// Node is the Node's name.
 	Node string
@@ -24,6 +27,7 @@ type Component struct {
 	Kubeconfig string
 
 	loop background.Loop
+	component.Status
 }
 
 // Name implements the bootstrap component contract.
@@ -41,8 +45,8 @@ func (c *Component) Start(ctx context.Context) error {
 	return nil
 }
 
-// Ready is immediate: see the type's comment.
-func (c *Component) Ready(context.Context) error { return nil }
+// Ready waits for the first write of the table.
+func (c *Component) Ready(ctx context.Context) error { return c.WaitReady(ctx) }
 
 // Stop ends the controller.
 func (c *Component) Stop(ctx context.Context) error {
@@ -50,20 +54,28 @@ func (c *Component) Stop(ctx context.Context) error {
 }
 
 func (c *Component) run(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	client, err := cni.WaitForClient(ctx, c.Kubeconfig, "edgeplane/"+ComponentName)
+	client, err := kubeclient.New(c.Kubeconfig, ComponentName, kubeclient.Steady)
 	if err != nil {
-		if ctx.Err() == nil {
-			logger.Error(err, "NetworkPolicy is not enforced on this node: no client from the node's kubeconfig")
-		}
+		c.End(fmt.Errorf("NetworkPolicy is not enforced on this node: %w", err))
 		return
 	}
 	ctrl, err := New(Options{Client: client, NodeName: c.Node})
 	if err != nil {
-		logger.Error(err, "NetworkPolicy is not enforced on this node")
+		c.End(fmt.Errorf("NetworkPolicy is not enforced on this node: %w", err))
 		return
 	}
-	if err := ctrl.Run(ctx); err != nil && ctx.Err() == nil {
-		logger.Error(err, "NetworkPolicy is not enforced on this node")
+	go func() {
+		select {
+		case <-ctrl.Synced():
+			c.MarkReady()
+		case <-ctx.Done():
+		}
+	}()
+	err = ctrl.Run(ctx)
+	if ctx.Err() == nil {
+		if err == nil {
+			err = component.ErrEndedOnItsOwn
+		}
+		c.End(fmt.Errorf("NetworkPolicy is no longer enforced on this node: %w", err))
 	}
 }

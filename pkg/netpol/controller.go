@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,6 +68,9 @@ type Controller struct {
 	written string    // fingerprint of the table last written
 	lastRun time.Time // end of the last rebuild attempt
 
+	firstSync     chan struct{} // closed after the first successful sync
+	firstSyncOnce sync.Once
+
 	syncs  atomic.Int64 // sync calls done, for tests
 	writes atomic.Int64 // transactions run, for tests
 }
@@ -96,9 +100,10 @@ func New(opts Options) (*Controller, error) {
 	// replaying every object through the handlers.
 	factory := informers.NewSharedInformerFactory(opts.Client, 0)
 	c := &Controller{
-		opts:    opts,
-		nft:     nft,
-		factory: factory,
+		opts:      opts,
+		nft:       nft,
+		factory:   factory,
+		firstSync: make(chan struct{}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "netpol"}),
@@ -200,8 +205,13 @@ func (c *Controller) next(ctx context.Context) bool {
 		return true
 	}
 	c.queue.Forget(key)
+	c.firstSyncOnce.Do(func() { close(c.firstSync) })
 	return true
 }
+
+// Synced is closed once the table has been written (or found current) for
+// the first time: the node's pods are then under their policies.
+func (c *Controller) Synced() <-chan struct{} { return c.firstSync }
 
 // sync rebuilds the table if the rules changed or the table is gone.
 func (c *Controller) sync(ctx context.Context) error {

@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,7 +38,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 )
@@ -86,14 +86,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	if c.done != nil || c.stopped {
 		return nil
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.o.Kubeconfig)
+	client, err := kubeclient.New(c.o.Kubeconfig, "servicelb", kubeclient.Steady)
 	if err != nil {
-		return fmt.Errorf("servicelb: kubeconfig: %w", err)
-	}
-	cfg.UserAgent = "edgeplane-servicelb"
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("servicelb: %w", err)
+		return err
 	}
 	logger := klog.FromContext(ctx).WithName("servicelb")
 	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))

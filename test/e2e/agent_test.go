@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -24,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	fakecri "k8s.io/cri-client/pkg/fake"
 
 	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 	"github.com/edgeplane/edgeplane/internal/testing/testimage"
@@ -36,6 +36,23 @@ type agentProc struct {
 	output *syncBuffer
 	exited chan struct{}
 	err    error
+	// endExpected: the test stopped or killed it, or waits for it to fail.
+	endExpected atomic.Bool
+}
+
+// mustKeepRunning fails t, when it ends, if the agent exited without the
+// test asking it to or waiting for it to (a part of its node ended).
+func (a *agentProc) mustKeepRunning(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		select {
+		case <-a.exited:
+			if !a.endExpected.Load() {
+				t.Errorf("the agent exited during the test without being asked to (%v):\n%s", a.err, tail(a.output.String()))
+			}
+		default:
+		}
+	})
 }
 
 func startAgent(t *testing.T, args ...string) *agentProc {
@@ -77,6 +94,7 @@ func agentDataDir(t *testing.T) string {
 // stop sends SIGTERM and expects a clean exit within a minute.
 func (a *agentProc) stop(t *testing.T) {
 	t.Helper()
+	a.endExpected.Store(true)
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-a.exited:
@@ -89,6 +107,7 @@ func (a *agentProc) stop(t *testing.T) {
 }
 
 func (a *agentProc) kill() {
+	a.endExpected.Store(true)
 	select {
 	case <-a.exited:
 	default:
@@ -100,6 +119,7 @@ func (a *agentProc) kill() {
 // waitExit waits for the agent to end by itself and returns its output.
 func (a *agentProc) waitExit(t *testing.T, within time.Duration) string {
 	t.Helper()
+	a.endExpected.Store(true)
 	select {
 	case <-a.exited:
 	case <-time.After(within):
@@ -109,28 +129,6 @@ func (a *agentProc) waitExit(t *testing.T, within time.Duration) string {
 		t.Fatalf("agent exited 0, want a failure:\n%s", tail(a.output.String()))
 	}
 	return a.output.String()
-}
-
-// fakeRuntime serves the kubelet's fake CRI runtime on a socket in dir: the
-// agent test's kubelet registers and heartbeats for real, its "containers"
-// are fakes (the server's own node runs real ones, TestNodeServer).
-func fakeRuntime(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "epcri")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	endpoint := "unix://" + filepath.Join(dir, "cri.sock")
-	f := fakecri.NewFakeRemoteRuntime()
-	if err := f.Start(endpoint); err != nil {
-		t.Fatal(err)
-	}
-	// The workload image, as if imported (the kubelet wants an ID and a size).
-	f.ImageService.SetFakeImageSize(1 << 20)
-	f.ImageService.SetFakeImages([]string{testimage.DefaultBusyboxName})
-	t.Cleanup(f.Stop)
-	return endpoint
 }
 
 // agentKubeletArgs keep a second kubelet on this host out of the first's
@@ -151,49 +149,45 @@ func serverNodeToken(t *testing.T, s *server) string {
 
 func serverURL(s *server) string { return s.config.Host }
 
-// TestAgentJoin: `edgeplane agent` joins the server that is its own node as a
-// second node with the default node token, gets a serving certificate for
-// its own addresses only, cannot change the server's Node, and bad input
-// fails at once with a clear message.
+// TestAgentJoin: `edgeplane agent` (its own containerd, in a network
+// namespace) joins a server that is its own node with the default node
+// token: its labels are set, it gets a serving certificate for its own
+// addresses only, it cannot change the server's Node, a restart keeps its
+// pods, and bad input fails at once with a clear message. Its name is its
+// own (nodeIdentity): nobody else gets it with a node token.
 func TestAgentJoin(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs containerd, a server, its kubelet and an agent")
+		t.Skip("runs two containerds, a server node and an agent node in network namespaces")
 	}
-	parallelNode(t)
-	s, _, _ := nodeServer(t)
-	token := serverNodeToken(t, s)
-	agentIP := testNodeIP(t)
-	agentDir := agentDataDir(t)
-	unmountUnder(t, agentDir)
-	args := append([]string{"--server", serverURL(s), "--token", token, "--data-dir", agentDir,
-		"--node-name", "agent-1", "--node-ip", agentIP, "--node-label", "edge.example/zone=a",
-		"--container-runtime-endpoint", fakeRuntime(t), "--cni-conf-dir", t.TempDir()}, agentKubeletArgs(t)...)
-	agent := startAgent(t, args...)
-	waitNodeReady(t, s, "agent-1")
+	parallelNode(t, buildClusterImages(t))
+	c := startTwoNodeCluster(t, twoNodeOptions{AgentArgs: []string{"--node-label", "edge.example/zone=a"}})
+	s := c.Server
+	token := flagValue(t, c.agentArgs, "--token")
+	agentDir := flagValue(t, c.agentArgs, "--data-dir")
 
-	node, err := s.client.CoreV1().Nodes().Get(context.Background(), "agent-1", metav1.GetOptions{})
+	node, err := s.client.CoreV1().Nodes().Get(context.Background(), c.AgentNode, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if node.Labels["edge.example/zone"] != "a" {
-		t.Errorf("agent-1 labels %v lack edge.example/zone=a", node.Labels)
+		t.Errorf("%s labels %v lack edge.example/zone=a", c.AgentNode, node.Labels)
 	}
 
 	t.Run("serving certificate only for its own addresses", func(t *testing.T) {
 		var cert *x509.Certificate
-		eventually(t, 2*time.Minute, "agent-1's serving certificate", func(ctx context.Context) (bool, error) {
+		eventually(t, 2*time.Minute, c.AgentNode+"'s serving certificate", func(ctx context.Context) (bool, error) {
 			list, err := s.client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, err
 			}
 			for _, csr := range list.Items {
-				if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName && csr.Spec.Username == "system:node:agent-1" && len(csr.Status.Certificate) > 0 {
+				if csr.Spec.SignerName == certificatesv1.KubeletServingSignerName && csr.Spec.Username == "system:node:"+c.AgentNode && len(csr.Status.Certificate) > 0 {
 					block, _ := pem.Decode(csr.Status.Certificate)
 					cert, err = x509.ParseCertificate(block.Bytes)
 					return err == nil, err
 				}
 			}
-			return false, fmt.Errorf("no issued kubelet-serving CSR for agent-1")
+			return false, fmt.Errorf("no issued kubelet-serving CSR for %s", c.AgentNode)
 		})
 		own := map[string]bool{}
 		for _, a := range node.Status.Addresses {
@@ -201,16 +195,16 @@ func TestAgentJoin(t *testing.T) {
 		}
 		for _, ip := range cert.IPAddresses {
 			if !own[ip.String()] {
-				t.Errorf("serving certificate holds IP %s, not one of agent-1's addresses %v", ip, node.Status.Addresses)
+				t.Errorf("serving certificate holds IP %s, not one of %s's addresses %v", ip, c.AgentNode, node.Status.Addresses)
 			}
 		}
 		for _, d := range cert.DNSNames {
 			if !own[d] {
-				t.Errorf("serving certificate holds name %s, not one of agent-1's addresses %v", d, node.Status.Addresses)
+				t.Errorf("serving certificate holds name %s, not one of %s's addresses %v", d, c.AgentNode, node.Status.Addresses)
 			}
 		}
-		if !slicesContainsIP(cert.IPAddresses, agentIP) {
-			t.Errorf("serving certificate IPs %v lack the node IP %s", cert.IPAddresses, agentIP)
+		if !slicesContainsIP(cert.IPAddresses, c.AgentIP) {
+			t.Errorf("serving certificate IPs %v lack the node IP %s", cert.IPAddresses, c.AgentIP)
 		}
 	})
 
@@ -218,19 +212,19 @@ func TestAgentJoin(t *testing.T) {
 
 	t.Run("NodeRestriction keeps it off the server's Node", func(t *testing.T) {
 		patch := []byte(`{"metadata":{"labels":{"hijacked":"yes"}}}`)
-		_, err := agentClient.CoreV1().Nodes().Patch(context.Background(), "edge-1", types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		_, err := agentClient.CoreV1().Nodes().Patch(context.Background(), c.ServerNode, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 		if !apierrors.IsForbidden(err) {
-			t.Fatalf("agent-1 patching node edge-1: err = %v, want Forbidden", err)
+			t.Fatalf("%s patching node %s: err = %v, want Forbidden", c.AgentNode, c.ServerNode, err)
 		}
 		// Its own Node it may change.
-		if _, err := agentClient.CoreV1().Nodes().Patch(context.Background(), "agent-1", types.StrategicMergePatchType,
+		if _, err := agentClient.CoreV1().Nodes().Patch(context.Background(), c.AgentNode, types.StrategicMergePatchType,
 			[]byte(`{"metadata":{"annotations":{"edge.example/ok":"yes"}}}`), metav1.PatchOptions{}); err != nil {
-			t.Fatalf("agent-1 patching its own node: %v", err)
+			t.Fatalf("%s patching its own node: %v", c.AgentNode, err)
 		}
 	})
 
 	t.Run("a serving CSR for foreign addresses is denied", func(t *testing.T) {
-		name := submitServingCSR(t, agentClient, "agent-1", []string{"10.99.99.99"}, []string{"not-agent-1.example"})
+		name := submitServingCSR(t, agentClient, c.AgentNode, []string{"10.99.99.99"}, []string{"not-" + c.AgentNode + ".example"})
 		eventually(t, time.Minute, "the foreign CSR denied", func(ctx context.Context) (bool, error) {
 			csr, err := s.client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
@@ -239,11 +233,11 @@ func TestAgentJoin(t *testing.T) {
 			if len(csr.Status.Certificate) > 0 {
 				t.Fatalf("a serving certificate for foreign SANs was signed")
 			}
-			for _, c := range csr.Status.Conditions {
-				if c.Type == certificatesv1.CertificateApproved {
-					t.Fatalf("CSR for foreign SANs approved: %s", c.Message)
+			for _, cond := range csr.Status.Conditions {
+				if cond.Type == certificatesv1.CertificateApproved {
+					t.Fatalf("CSR for foreign SANs approved: %s", cond.Message)
 				}
-				if c.Type == certificatesv1.CertificateDenied {
+				if cond.Type == certificatesv1.CertificateDenied {
 					return true, nil
 				}
 			}
@@ -253,15 +247,13 @@ func TestAgentJoin(t *testing.T) {
 
 	t.Run("a restart keeps the node and its pod", func(t *testing.T) {
 		if out, err := s.kubectl("run", "on-agent", "--image="+testimage.DefaultBusyboxName, "--labels=app=on-agent", "--restart=Never",
-			"--overrides", `{"spec":{"nodeName":"agent-1"}}`, "--", "sleep", "3600"); err != nil {
+			"--overrides", `{"spec":{"nodeName":"`+c.AgentNode+`"}}`, "--", "sleep", "3600"); err != nil {
 			t.Fatalf("kubectl run: %v\n%s", err, out)
 		}
 		before := runningPods(t, s, "on-agent", 1)[0]
-		agent.stop(t)
-		agent = startAgent(t, args...)
-		eventually(t, 2*time.Minute, "the agent's restarted kubelet reporting the pod", func(ctx context.Context) (bool, error) {
-			return strings.Contains(agent.output.String(), "edgeplane agent ready"), nil
-		})
+		c.Agent.stop(t)
+		c.Agent = c.startAgent(t)
+		waitAgentReady(t, c.Agent)
 		after := runningPods(t, s, "on-agent", 1)[0]
 		if len(after.Status.ContainerStatuses) != 1 || len(before.Status.ContainerStatuses) != 1 {
 			t.Fatalf("container statuses: before %v, after %v", before.Status.ContainerStatuses, after.Status.ContainerStatuses)
@@ -270,24 +262,21 @@ func TestAgentJoin(t *testing.T) {
 		if a.ContainerID != b.ContainerID || a.RestartCount != 0 {
 			t.Errorf("container %s (restarts %d) after the agent restart, want %s unrestarted", a.ContainerID, a.RestartCount, b.ContainerID)
 		}
-		if !strings.Contains(agent.output.String(), "existing credentials") {
-			t.Errorf("the restarted agent did not start from its credentials:\n%s", tail(agent.output.String()))
-		}
+		wantText(t, c.Agent.output.String(), "Starting with the node's existing credentials")
 	})
 
-	t.Run("a second agent with the same node name is refused", func(t *testing.T) {
-		dup := startAgent(t, append([]string{"--server", serverURL(s), "--token", token, "--data-dir", agentDataDir(t),
-			"--node-name", "agent-1", "--container-runtime-endpoint", fakeRuntime(t)}, agentKubeletArgs(t)...)...)
-		out := dup.waitExit(t, time.Minute)
-		wantText(t, out, `node "agent-1" is Ready`)
-	})
+	nodeIdentity(t, c)
 
+	// failing starts an agent on the host that is meant to fail before its
+	// kubelet starts, with the agent's containerd, and returns its output.
+	failing := func(t *testing.T, args ...string) string {
+		a := startAgent(t, append(args, "--container-runtime-endpoint", c.AgentCtrd.Endpoint)...)
+		return a.waitExit(t, time.Minute)
+	}
 	t.Run("a token whose CA hash does not match writes nothing", func(t *testing.T) {
 		bad := "K10" + strings.Repeat("a", 64) + token[3+64:] // another CA's pin
 		dir := filepath.Join(agentDataDir(t), "data")
-		a := startAgent(t, "--server", serverURL(s), "--token", bad, "--data-dir", dir, "--node-name", "agent-x",
-			"--container-runtime-endpoint", fakeRuntime(t))
-		out := a.waitExit(t, 30*time.Second)
+		out := failing(t, "--server", serverURL(s), "--token", bad, "--data-dir", dir, "--node-name", "agent-x")
 		wantText(t, out, "does not match")
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			entries, _ := os.ReadDir(dir)
@@ -296,20 +285,17 @@ func TestAgentJoin(t *testing.T) {
 	})
 
 	t.Run("a deleted token is named as unknown", func(t *testing.T) {
-		out := cliOut(t, "token", "create", "--ttl", "1h", "--data-dir", s.dataDir)
-		created := lastLine(out)
+		created := lastLine(c.serverCLI(t, "token", "create", "--ttl", "1h", "--data-dir", s.dataDir))
 		id := strings.SplitN(created[strings.Index(created, "::")+2:], ".", 2)[0]
-		cliOut(t, "token", "delete", id, "--data-dir", s.dataDir)
-		a := startAgent(t, "--server", serverURL(s), "--token", created, "--data-dir", agentDataDir(t), "--node-name", "agent-y",
-			"--container-runtime-endpoint", fakeRuntime(t))
-		out = a.waitExit(t, time.Minute)
+		c.serverCLI(t, "token", "delete", id, "--data-dir", s.dataDir)
+		out := failing(t, "--server", serverURL(s), "--token", created, "--data-dir", agentDataDir(t), "--node-name", "agent-y")
 		wantText(t, out, id)
 	})
 
 	t.Run("an unreachable server is retried quietly", func(t *testing.T) {
 		closed := "https://" + testenv.RefusingAddr(t)
 		a := startAgent(t, "--server", closed, "--token", token, "--data-dir", agentDataDir(t), "--node-name", "agent-z",
-			"--container-runtime-endpoint", fakeRuntime(t))
+			"--container-runtime-endpoint", c.AgentCtrd.Endpoint)
 		eventually(t, 30*time.Second, "a retry log line", func(context.Context) (bool, error) {
 			return strings.Contains(a.output.String(), "Cannot reach the server"), nil
 		})
@@ -331,14 +317,17 @@ func TestAgentJoin(t *testing.T) {
 		}
 		l.(*net.UnixListener).SetUnlinkOnClose(false)
 		_ = l.Close()
-		for _, c := range []struct{ endpoint, want string }{
+		for _, rt := range []struct{ endpoint, want string }{
 			{"unix://" + filepath.Join(t.TempDir(), "missing.sock"), "missing.sock"},
 			{"unix://" + dead, "dead.sock"},
 		} {
-			a := startAgent(t, "--server", serverURL(s), "--token", token, "--data-dir", agentDataDir(t), "--node-name", "agent-r",
-				"--container-runtime-endpoint", c.endpoint)
-			out := a.waitExit(t, time.Minute)
-			wantText(t, out, c.want)
+			dir := filepath.Join(agentDataDir(t), "data")
+			a := startAgent(t, "--server", serverURL(s), "--token", token, "--data-dir", dir, "--node-name", "agent-r",
+				"--container-runtime-endpoint", rt.endpoint)
+			wantText(t, a.waitExit(t, time.Minute), rt.want)
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("data dir written by an agent with no runtime")
+			}
 		}
 	})
 }

@@ -49,6 +49,9 @@ type twoNodeOptions struct {
 	// (ServerNodeIP, 10.204.N.4, a second address in the server's
 	// namespace) instead of the API server's advertise address.
 	ServerNodeOwnIP bool
+	// Bin runs another edgeplane binary (an older version) for both
+	// nodes; empty: the one under test.
+	Bin string
 }
 
 // kubeletArgs are a node's kubelet flags of opts (ns: the node's network
@@ -73,11 +76,14 @@ type twoNodeCluster struct {
 	// ServerNodeIP is the server's node's address: ServerIP unless
 	// ServerNodeOwnIP.
 	ServerNodeIP string
-	HostIP                string
+	HostIP       string
 
 	ServerCtrd, AgentCtrd *testcontainerd.Containerd
 
-	agentArgs []string
+	serverArgs, agentArgs []string
+	// owner is the test that made the cluster: agents that outlive a
+	// subtest are its.
+	owner *testing.T
 }
 
 // serviceCIDR is the servers' default Service range.
@@ -190,6 +196,7 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 	clusterNetMu.Unlock()
 	pid := os.Getpid()
 	c := &twoNodeCluster{
+		owner:      t,
 		ServerNode: "srv", AgentNode: "agt",
 		ServerNS: fmt.Sprintf("ep-net-%d-%d-s", pid, n), AgentNS: fmt.Sprintf("ep-net-%d-%d-a", pid, n),
 		HostIP: fmt.Sprintf("10.204.%d.1", n), ServerIP: fmt.Sprintf("10.204.%d.2", n), AgentIP: fmt.Sprintf("10.204.%d.3", n),
@@ -252,7 +259,8 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 	// server-as-node) kill each other's pods (seen: a shim killed 50 ms
 	// after StartContainer).
 	serverArgs = append(serverArgs, opts.ServerArgs...)
-	c.Server = startServerCmd(t, dataDir, nsenterCmd(c.ServerNS, serverArgs...))
+	c.serverArgs = serverArgs
+	c.Server = startServerCmd(t, dataDir, nsenterBinCmd(opts.Bin, c.ServerNS, serverArgs...))
 	c.Server.useAddress(t, "https://"+c.ServerIP+":6443")
 
 	agentDir := agentDataDir(t)
@@ -264,7 +272,8 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		"--pause-image", testimage.DefaultPauseName,
 	}, agentKubelet...)
 	c.agentArgs = append(c.agentArgs, opts.AgentArgs...)
-	c.Agent = startAgentCmd(t, nsenterCmd(c.AgentNS, c.agentArgs...))
+	c.Agent = startAgentCmd(t, nsenterBinCmd(opts.Bin, c.AgentNS, c.agentArgs...))
+	c.Server.mustKeepRunning(t)
 
 	waitNodeReady(t, c.Server, c.ServerNode)
 	waitNodeReady(t, c.Server, c.AgentNode)
@@ -272,8 +281,15 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 }
 
 // nsenterCmd runs the edgeplane binary in network namespace ns.
-func nsenterCmd(ns string, args ...string) *exec.Cmd {
-	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--", binary}, args...)...)
+func nsenterCmd(ns string, args ...string) *exec.Cmd { return nsenterBinCmd("", ns, args...) }
+
+// nsenterBinCmd runs bin (empty: the binary under test) in network
+// namespace ns.
+func nsenterBinCmd(bin, ns string, args ...string) *exec.Cmd {
+	if bin == "" {
+		bin = binary
+	}
+	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--", bin}, args...)...)
 }
 
 // startServer's variant for a prepared command is startServerCmd.
@@ -307,18 +323,32 @@ func (s *server) useAddress(t *testing.T, url string) {
 // startAgentCmd starts a prepared agent command; it is killed when t ends.
 func startAgentCmd(t *testing.T, cmd *exec.Cmd) *agentProc {
 	t.Helper()
+	return startAgentOwned(t, t, cmd)
+}
+
+// startAgent starts the cluster's agent again with its flags; it runs
+// until the cluster's test ends (not the subtest that started it).
+func (c *twoNodeCluster) startAgent(t *testing.T) *agentProc {
+	t.Helper()
+	return startAgentOwned(t, c.owner, nsenterCmd(c.AgentNS, c.agentArgs...))
+}
+
+// startAgentOwned is startAgentCmd whose agent owner's end kills.
+func startAgentOwned(t, owner *testing.T, cmd *exec.Cmd) *agentProc {
+	t.Helper()
 	a := &agentProc{cmd: cmd, output: &syncBuffer{}, exited: make(chan struct{})}
 	a.cmd.Stdout, a.cmd.Stderr = a.output, a.output
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { a.err = a.cmd.Wait(); close(a.exited) }()
-	t.Cleanup(func() {
+	owner.Cleanup(func() {
 		a.kill()
-		if t.Failed() {
+		if owner.Failed() {
 			t.Logf("agent output:\n%s", tail(a.output.String()))
 		}
 	})
+	a.mustKeepRunning(owner) // after the kill above is registered: runs before it
 	return a
 }
 
@@ -327,7 +357,7 @@ func startAgentCmd(t *testing.T, cmd *exec.Cmd) *agentProc {
 func (c *twoNodeCluster) restartAgent(t *testing.T) {
 	t.Helper()
 	c.Agent.kill()
-	c.Agent = startAgentCmd(t, nsenterCmd(c.AgentNS, c.agentArgs...))
+	c.Agent = c.startAgent(t)
 }
 
 // kubectl runs kubectl against the cluster.

@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -25,11 +24,12 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// TestNodeServingCertificate: the kubelet of a server that is its own node
-// asks for a serving certificate; the server approves it (its names are the
-// node's), the controller-manager signs it with the kubelet-serving CA, and the
-// kubelet serves it. A request for an address that is not the node's is
-// denied.
+// TestNodeServingCertificate: a server that is its own node mints its
+// kubelet's serving certificate from the kubelet-serving CA (its addresses
+// are the API server's, which no CSR may name): the kubelet serves it, it
+// names only the node's addresses, the InternalIP among them, and the API
+// server verifies it. A request in the node's name for an address that is
+// not its own is denied.
 func TestNodeServingCertificate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs containerd, a server and its kubelet")
@@ -43,59 +43,16 @@ func TestNodeServingCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	own := map[string]bool{}
+	internal := ""
 	for _, a := range node.Status.Addresses {
 		own[a.Address] = true
+		if a.Type == corev1.NodeInternalIP {
+			internal = a.Address
+		}
 	}
 	kubeletCA := readCertFile(t, filepath.Join(s.dataDir, "tls", "kubelet-serving-ca.crt"))
 	roots := x509.NewCertPool()
 	roots.AddCert(kubeletCA)
-
-	// The kubelet's own request.
-	issued := map[string]*x509.Certificate{} // by serial
-	var denied error
-	servingCSRs := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()}
-	eventually(t, 2*time.Minute, "edge-1's serving certificate approved and signed", func(ctx context.Context) (bool, error) {
-		list, err := s.client.CertificatesV1().CertificateSigningRequests().List(ctx, servingCSRs)
-		if err != nil {
-			return false, err
-		}
-		for _, csr := range list.Items {
-			if csr.Spec.Username != "system:node:edge-1" {
-				continue
-			}
-			for _, c := range csr.Status.Conditions {
-				if c.Type == certificatesv1.CertificateDenied {
-					denied = fmt.Errorf("the kubelet's request %s was denied: %s: %s", csr.Name, c.Reason, c.Message)
-				}
-			}
-			if block, _ := pem.Decode(csr.Status.Certificate); block != nil {
-				cert, err := x509.ParseCertificate(block.Bytes)
-				if err != nil {
-					return false, err
-				}
-				issued[cert.SerialNumber.String()] = cert
-			}
-		}
-		return len(issued) > 0 || denied != nil, nil
-	})
-	if denied != nil {
-		t.Fatal(denied)
-	}
-	for _, cert := range issued {
-		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-			t.Errorf("issued certificate does not verify against the kubelet-serving CA: %v", err)
-		}
-		for _, name := range cert.DNSNames {
-			if !own[name] {
-				t.Errorf("issued certificate names %q, not an address of edge-1 (%v)", name, node.Status.Addresses)
-			}
-		}
-		for _, ip := range cert.IPAddresses {
-			if !own[ip.String()] {
-				t.Errorf("issued certificate names %s, not an address of edge-1 (%v)", ip, node.Status.Addresses)
-			}
-		}
-	}
 
 	// The kubelet serves it (asked on loopback; the kubelet listens on
 	// every address).
@@ -103,18 +60,46 @@ func TestNodeServingCertificate(t *testing.T) {
 	if port == 0 {
 		port = 10250
 	}
-	eventually(t, time.Minute, "the kubelet serving the issued certificate", func(ctx context.Context) (bool, error) {
+	var served *x509.Certificate
+	eventually(t, time.Minute, "the kubelet serving its certificate", func(ctx context.Context) (bool, error) {
 		conn, err := (&tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}).DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			return false, err
 		}
 		defer conn.Close()
-		peer := conn.(*tls.Conn).ConnectionState().PeerCertificates[0]
-		if _, ok := issued[peer.SerialNumber.String()]; !ok {
-			return false, fmt.Errorf("the kubelet serves %s (issuer %s), not the issued certificate", peer.Subject, peer.Issuer)
-		}
+		served = conn.(*tls.Conn).ConnectionState().PeerCertificates[0]
 		return true, nil
 	})
+	if _, err := served.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("the served certificate does not verify against the kubelet-serving CA: %v", err)
+	}
+	for _, name := range served.DNSNames {
+		if !own[name] {
+			t.Errorf("the served certificate names %q, not an address of edge-1 (%v)", name, node.Status.Addresses)
+		}
+	}
+	for _, ip := range served.IPAddresses {
+		if !own[ip.String()] {
+			t.Errorf("the served certificate names %s, not an address of edge-1 (%v)", ip, node.Status.Addresses)
+		}
+	}
+	if !slicesContainsIP(served.IPAddresses, internal) {
+		t.Errorf("the served certificate's IPs %v lack the InternalIP %s the API server dials", served.IPAddresses, internal)
+	}
+	list, err := s.client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, csr := range list.Items {
+		if csr.Spec.Username == "system:node:edge-1" {
+			t.Errorf("the server's own kubelet asked for a serving certificate (%s): it has one minted", csr.Name)
+		}
+	}
+	// The API server dials the kubelet and verifies it.
+	if out, err := s.kubectl("get", "--raw", "/api/v1/nodes/edge-1/proxy/healthz"); err != nil || out != "ok" {
+		t.Errorf("the API server through the kubelet's serving certificate: %q, %v", out, err)
+	}
 
 	// A request in edge-1's name for an address that is not its own.
 	cfg := rest.CopyConfig(s.config)

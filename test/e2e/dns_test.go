@@ -20,13 +20,12 @@ import (
 // resolv.conf names the kube-dns address (the tenth of the service CIDR),
 // and CoreDNS answers for Services by name.
 //
-// Without kube-proxy (not on this branch) no ClusterIP answers, so: the
-// server serves the API on the node's address too and the test points CoreDNS's
-// in-cluster client at it (KUBERNETES_SERVICE_HOST/PORT, which a
-// container's own env overrides), and the client pod asks the CoreDNS pod's
-// IP. Once kube-proxy runs on the node, drop apiOnNodeIP and the `set env`
-// step, and ask 10.43.0.10 (or just `nslookup kubernetes.default`, through
-// resolv.conf) instead of the pod IP.
+// The server runs in the host's network namespace, shared with other tests,
+// so its node runs no kube-proxy and no ClusterIP answers: the test points
+// CoreDNS's in-cluster client at the API on the node's address
+// (KUBERNETES_SERVICE_HOST/PORT, which a container's own env overrides), and
+// the client pod asks the CoreDNS pod's IP. TestMakeRun checks the same
+// through the Services, with kube-proxy, in a network namespace of its own.
 func TestClusterDNS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds CoreDNS, runs containerd, a server and its kubelet")
@@ -40,7 +39,7 @@ func TestClusterDNS(t *testing.T) {
 	// path: lstat /proc/<pause>/ns/ipc: no such file") while another
 	// worktree's e2e test ran kubelets on this host; with these flags it
 	// passed.
-	s, _, _ := nodeServerWith(t, nodeServerOptions{images: []testimage.Image{img}, apiOnNodeIP: true},
+	s, _, _ := nodeServerWith(t, nodeServerOptions{images: []testimage.Image{img}},
 		"--coredns-image", testimage.DefaultCoreDNSName,
 		"--kubelet-arg=cgroups-per-qos=false", "--kubelet-arg=enforce-node-allocatable=")
 

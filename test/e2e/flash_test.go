@@ -41,7 +41,9 @@ func TestFlashFriendlyIdle(t *testing.T) {
 			// Scheduled snapshots off: the default schedule saves one at 00:00
 			// and 12:00 (a write by design), which a window over either would
 			// count.
-			s := startServer(t, t.TempDir(), "--datastore", ds, "--snapshot-schedule", "")
+			// Every address: a loopback-bound server publishes no endpoint
+			// for the kubernetes Service (pkg/bootstrap/apiendpoint.go).
+			s := startServer(t, t.TempDir(), "--datastore", ds, "--snapshot-schedule", "", "--bind-address", "0.0.0.0")
 			ctx := context.Background()
 			binaryPagesAtReady := binaryPages(t, s)
 

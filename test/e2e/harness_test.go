@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -89,14 +90,37 @@ type server struct {
 	kubeconfig string
 	config     *rest.Config
 	client     *kubernetes.Clientset
+	// stopAsked: the test stopped or killed it (stop, kill).
+	stopAsked atomic.Bool
+}
+
+// mustKeepRunning fails t, when it ends, if the server exited without the
+// test asking it to: a server whose node ended (a part of its node failed)
+// exits, and a test that does not look would pass on a dead server.
+func (s *server) mustKeepRunning(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		select {
+		case <-s.exited:
+			if !s.stopAsked.Load() {
+				t.Errorf("edgeplane exited during the test without being asked to (%v):\n%s", s.exitErr, tail(s.output.String()))
+			}
+		default:
+		}
+	})
 }
 
 var readyLine = regexp.MustCompile(`edgeplane ready in ([0-9.]+) s, kubeconfig at ([^"\s]+)`)
 
 // command prepares edgeplane with args on dataDir, bound to loopback on a free port.
+// Such a server publishes no endpoint for the kubernetes Service (pods could
+// not connect to loopback): a test that needs one passes --bind-address
+// 0.0.0.0, or an --advertise-address standing for an address in front of it.
 // Unless the test names a container runtime, the server is a control plane
 // only: a host that runs containerd would otherwise make every test server a
-// node, all of them on the kubelet's one port.
+// node, all of them on the kubelet's one port; a test that names one also
+// passes --bind-address 0.0.0.0 (nodeServerWith), as a server bound to
+// loopback refuses to be a node.
 func command(dataDir string, args ...string) *exec.Cmd {
 	base := []string{"server", "--data-dir", dataDir, "--bind-address", "127.0.0.1", "--https-port", "0"}
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--container-runtime-endpoint") }) {
@@ -199,6 +223,7 @@ func launchCmd(t *testing.T, dataDir string, cmd *exec.Cmd) *server {
 // stop sends SIGTERM and expects a clean exit within a minute.
 func (s *server) stop() {
 	s.t.Helper()
+	s.stopAsked.Store(true)
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.exited:
@@ -212,6 +237,7 @@ func (s *server) stop() {
 }
 
 func (s *server) kill() {
+	s.stopAsked.Store(true)
 	select {
 	case <-s.exited:
 	default:

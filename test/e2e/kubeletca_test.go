@@ -31,7 +31,8 @@ import (
 )
 
 // TestKubeletServingTrust: kubelet serving certificates (the server's own
-// node's and an agent's) come from the kubelet-serving CA, which nothing a
+// node's, minted by the server, and a real agent's, issued on its CSR)
+// come from the kubelet-serving CA, which nothing a
 // client or pod trusts holds: a client that trusts kube-root-ca.crt refuses
 // them, so a node can no longer pose as the API server. The kubelet API of
 // both nodes refuses anonymous requests (401) and users without nodes/proxy
@@ -40,14 +41,10 @@ func TestKubeletServingTrust(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs containerd, a server, its kubelet and an agent")
 	}
-	parallelNode(t)
-	s, _, _ := nodeServer(t)
-	agentIP, agentDir := testNodeIP(t), agentDataDir(t)
-	agentArgs := append([]string{"--server", serverURL(s), "--token", serverNodeToken(t, s), "--data-dir", agentDir,
-		"--node-name", "agent-1", "--node-ip", agentIP,
-		"--container-runtime-endpoint", fakeRuntime(t), "--cni-conf-dir", t.TempDir()}, agentKubeletArgs(t)...)
-	startAgent(t, agentArgs...)
-	waitNodeReady(t, s, "agent-1")
+	parallelNode(t, buildClusterImages(t))
+	c := startTwoNodeCluster(t, twoNodeOptions{})
+	s := c.Server
+	agentDir := flagValue(t, c.agentArgs, "--data-dir")
 
 	ctx := context.Background()
 	kubeletCAPEM := readFile(t, filepath.Join(s.dataDir, "tls", "kubelet-serving-ca.crt"))
@@ -94,12 +91,13 @@ func TestKubeletServingTrust(t *testing.T) {
 		}
 	})
 
-	for _, node := range []string{"edge-1", "agent-1"} {
+	for _, node := range []string{c.ServerNode, c.AgentNode} {
 		t.Run(node, func(t *testing.T) {
 			ip, port := kubeletEndpoint(t, s, node)
 			addr := net.JoinHostPort(ip, strconv.Itoa(port))
-			// The kubelet serves nothing until the cluster issued its
-			// certificate (serverTLSBootstrap).
+			// An agent's kubelet serves nothing until the cluster issued
+			// its certificate (serverTLSBootstrap); the server's own
+			// serves the one the server minted.
 			var cert *x509.Certificate
 			eventually(t, 2*time.Minute, node+"'s kubelet serving the certificate the cluster issued", func(ctx context.Context) (bool, error) {
 				c, err := presentedCert(ctx, addr)

@@ -80,49 +80,47 @@ func TestKubeletServingUpgrade(t *testing.T) {
 	var old string
 	parallelNode(t, func() { old = buildAt(t, preKubeletCACommit) })
 
-	// Before: the old binary, its node and an agent of the same version.
-	s, _, nodeArgs := nodeServerWith(t, nodeServerOptions{bin: old})
+	// Before: the old binary, its node and an agent of the same version
+	// (each its own containerd, in a network namespace).
+	c := startTwoNodeCluster(t, twoNodeOptions{Bin: old})
+	s := c.Server
 	tlsDir := filepath.Join(s.dataDir, "tls")
 	if _, err := os.Stat(filepath.Join(tlsDir, "kubelet-serving-ca.crt")); !os.IsNotExist(err) {
 		t.Fatalf("the binary of %s made a kubelet-serving CA (%v): not a data dir from before it", preKubeletCACommit, err)
 	}
 	serverCAPEM := []byte(readFile(t, filepath.Join(tlsDir, "server-ca.crt")))
-	out, err := exec.Command(old, "token", "--node", "--data-dir", s.dataDir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("edgeplane token --node: %v\n%s", err, out)
-	}
-	agentArgs := append([]string{"agent", "--config", "", "--server", serverURL(s), "--token", strings.TrimSpace(string(out)),
-		"--data-dir", agentDataDir(t), "--node-name", "agent-1", "--node-ip", testNodeIP(t),
-		"--container-runtime-endpoint", fakeRuntime(t), "--cni-conf-dir", t.TempDir()}, agentKubeletArgs(t)...)
-	startAgentCmd(t, exec.Command(old, agentArgs...))
-	waitNodeReady(t, s, "agent-1")
-	for _, node := range []string{"edge-1", "agent-1"} {
+	for _, node := range []string{c.ServerNode, c.AgentNode} {
 		waitServingFrom(t, s, node, serverCAPEM, "the server CA")
 	}
 	if out, err := s.kubectl("run", "upg", "--image="+testimage.DefaultBusyboxName, "--labels=app=upg", "--restart=Never",
-		"--overrides", `{"spec":{"nodeName":"edge-1"}}`, "--command", "--", "sh", "-c", "echo up on edge-1; exec sleep 3600"); err != nil {
+		"--overrides", `{"spec":{"nodeName":"`+c.ServerNode+`"}}`, "--command", "--", "sh", "-c", "echo up on srv; exec sleep 3600"); err != nil {
 		t.Fatalf("kubectl run: %v\n%s", err, out)
 	}
 	runningPods(t, s, "upg", 1)
-	logsAndExec(t, s, "upg", "up on edge-1")
-	wantKubeletProxy(t, s, "agent-1", "")
+	logsAndExec(t, s, "upg", "up on srv")
+	wantKubeletProxy(t, s, c.AgentNode, "")
 
 	// The transition: this binary on that data dir.
 	const transition = 2 * time.Minute
 	env := certs.LeafLifetimeEnv + "=" + transition.String()
-	s.stop()
-	s = startServerCmd(t, s.dataDir, withEnv(command(s.dataDir, nodeArgs...), env))
+	restart := func() {
+		s.stop()
+		s = startServerCmd(t, s.dataDir, withEnv(nsenterCmd(c.ServerNS, c.serverArgs...), env))
+		s.useAddress(t, serverURL(c.Server))
+		s.mustKeepRunning(t)
+	}
+	restart()
 	kubeletCAPEM := []byte(readFile(t, filepath.Join(tlsDir, "kubelet-serving-ca.crt")))
 	kubeletCA, serverCA := pemCerts(t, kubeletCAPEM)[0], pemCerts(t, serverCAPEM)[0]
 	if b := pemCerts(t, []byte(readFile(t, filepath.Join(tlsDir, "kubelet-serving-ca-bundle.crt")))); len(b) != 2 || !b[0].Equal(kubeletCA) || !b[1].Equal(serverCA) {
 		t.Errorf("during the transition the kubelet CA bundle holds %d certificates, want the kubelet-serving CA and the server CA", len(b))
 	}
 	wantText(t, s.output.String(), "Transition to the kubelet-serving CA")
-	waitNodeReady(t, s, "edge-1")
+	waitNodeReady(t, s, c.ServerNode)
 	// The server's kubelet dropped its certificate from the server CA and
 	// got one from the kubelet-serving CA.
-	waitServingFrom(t, s, "edge-1", kubeletCAPEM, "the kubelet-serving CA")
-	logsAndExec(t, s, "upg", "up on edge-1")
+	waitServingFrom(t, s, c.ServerNode, kubeletCAPEM, "the kubelet-serving CA")
+	logsAndExec(t, s, "upg", "up on srv")
 	cm, err := s.client.CoreV1().ConfigMaps(nodeconfig.Namespace).Get(context.Background(), nodeconfig.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -132,24 +130,23 @@ func TestKubeletServingUpgrade(t *testing.T) {
 	}
 	// The old agent still serves its certificate from the server CA, which
 	// the API server trusts until the transition ends.
-	waitServingFrom(t, s, "agent-1", serverCAPEM, "the server CA")
-	wantKubeletProxy(t, s, "agent-1", "")
+	waitServingFrom(t, s, c.AgentNode, serverCAPEM, "the server CA")
+	wantKubeletProxy(t, s, c.AgentNode, "")
 
 	// After the transition: the first start drops the server CA.
 	end := kubeletCA.NotBefore.Add(5*time.Minute + transition)
 	eventually(t, transition+time.Minute, "the end of the transition at "+end.Format(time.RFC3339), func(context.Context) (bool, error) {
 		return time.Now().After(end), nil
 	})
-	s.stop()
-	s = startServerCmd(t, s.dataDir, withEnv(command(s.dataDir, nodeArgs...), env))
+	restart()
 	if b := pemCerts(t, []byte(readFile(t, filepath.Join(tlsDir, "kubelet-serving-ca-bundle.crt")))); len(b) != 1 || !b[0].Equal(kubeletCA) {
 		t.Errorf("after the transition the kubelet CA bundle holds %d certificates, want the kubelet-serving CA only", len(b))
 	}
 	wantText(t, s.output.String(), "transition to the kubelet-serving CA is over")
-	waitNodeReady(t, s, "edge-1")
-	waitServingFrom(t, s, "edge-1", kubeletCAPEM, "the kubelet-serving CA")
-	logsAndExec(t, s, "upg", "up on edge-1")
-	wantKubeletProxy(t, s, "agent-1", "certificate signed by unknown authority")
+	waitNodeReady(t, s, c.ServerNode)
+	waitServingFrom(t, s, c.ServerNode, kubeletCAPEM, "the kubelet-serving CA")
+	logsAndExec(t, s, "upg", "up on srv")
+	wantKubeletProxy(t, s, c.AgentNode, "certificate signed by unknown authority")
 }
 
 // waitServingFrom waits until node's kubelet serves a certificate that

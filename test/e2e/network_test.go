@@ -179,7 +179,7 @@ func TestClusterNetwork(t *testing.T) {
 		if got, err := c.fetch("web-s", "http://"+agtIP+":8080/"); err != nil || got != "web-a" {
 			t.Errorf("with the agent down, web-s fetched %q, %v from web-a; want web-a", got, err)
 		}
-		c.Agent = startAgentCmd(t, nsenterCmd(c.AgentNS, c.agentArgs...))
+		c.Agent = c.startAgent(t)
 		waitNodeReady(t, c.Server, c.AgentNode)
 		c.eventuallyFetch(t, "web-a", "http://"+srvIP+":8080/", "web-s")
 		eventually(t, 90*time.Second, "web-a reaches the echo Service after the restart", func(context.Context) (bool, error) {

@@ -36,15 +36,6 @@ func nodeServer(t *testing.T, args ...string) (*server, *testcontainerd.Containe
 type nodeServerOptions struct {
 	// images go into the airgap directory besides busybox and pause.
 	images []testimage.Image
-	// apiOnNodeIP serves the API on every address (not only loopback)
-	// and advertises the node's, so that pods reach it there (the serving
-	// certificate names the advertise address). A bind address of the node
-	// IP itself would not do: the in-process controllers' kubeconfigs name
-	// 127.0.0.1 (pkg/certs).
-	apiOnNodeIP bool
-	// bin is the edgeplane binary to run (an older build); empty: the one
-	// TestMain built.
-	bin string
 }
 
 func nodeServerWith(t *testing.T, o nodeServerOptions, args ...string) (*server, *testcontainerd.Containerd, []string) {
@@ -62,15 +53,13 @@ func nodeServerWith(t *testing.T, o nodeServerOptions, args ...string) (*server,
 		"--node-ip", nodeIP,
 		"--pod-logs-dir", filepath.Join(dataDir, "pod-logs"),
 	}, kubeletPorts(t)...)
-	if o.apiOnNodeIP {
-		nodeArgs = append(nodeArgs, "--bind-address", "0.0.0.0", "--advertise-address", nodeIP)
-	}
+	// The API on every address, advertised at the node's: a server bound
+	// to loopback, where its pods cannot connect, refuses to be a node
+	// (pkg/bootstrap/apiendpoint.go).
+	nodeArgs = append(nodeArgs, "--bind-address", "0.0.0.0", "--advertise-address", nodeIP)
 	nodeArgs = append(nodeArgs, args...)
-	cmd := command(dataDir, nodeArgs...)
-	if o.bin != "" {
-		cmd.Path, cmd.Args[0] = o.bin, o.bin
-	}
-	s := startServerCmd(t, dataDir, cmd)
+	s := startServer(t, dataDir, nodeArgs...)
+	s.mustKeepRunning(t)
 	waitNodeReady(t, s, "edge-1")
 	return s, ctrd, nodeArgs
 }

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -22,11 +21,10 @@ import (
 	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 	"k8s.io/kubernetes/cmd/kubelet/app/options"
 	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
-	"k8s.io/kubernetes/pkg/kubelet/certificate/bootstrap"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
 	"k8s.io/kubernetes/pkg/kubemark"
 
-	"github.com/edgeplane/edgeplane/pkg/agent"
+	"github.com/edgeplane/edgeplane/pkg/node"
 	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
 )
@@ -48,10 +46,10 @@ const leaseLatencyFile = "lease-latency.txt"
 // renewals every 10 s is 360.
 const maxLatencySamples = 20000
 
-// runHollow joins the cluster as a real agent does (pkg/agent: CA discovery
-// with the node token, bootstrap kubeconfig, the cluster's node settings),
-// gets the node's client certificate through the kubelet's own TLS
-// bootstrap (a CSR the server approves), and runs a kubemark HollowKubelet
+// runHollow joins the cluster as a real agent does (pkg/node's TokenJoin:
+// CA discovery with the node token, the node's client certificate for its
+// identity key through a CSR the server approves, the cluster's node
+// settings), and runs a kubemark HollowKubelet
 // on the kubelet's fake CRI runtime until ctx ends. It blocks.
 func runHollow(ctx context.Context, c hollowConfig) error {
 	logger := klog.FromContext(ctx)
@@ -62,7 +60,7 @@ func runHollow(ctx context.Context, c hollowConfig) error {
 	if err != nil {
 		return fmt.Errorf("hollow node: -token: %w", err)
 	}
-	paths := agent.PathsIn(c.Dir)
+	paths := node.PathsIn(c.Dir)
 	nc, err := join(ctx, c, tok, paths)
 	if err != nil {
 		return err
@@ -152,36 +150,31 @@ func runHollow(ctx context.Context, c hollowConfig) error {
 	}
 }
 
-// join runs the agent's join and the kubelet's TLS bootstrap, and starts
-// them again (at most 5 times in 4 minutes, with backoff) when one fails, as
-// systemd restarts an agent whose join failed: agent.Join ends at the first
-// request that times out, and N nodes joining at once on a loaded host meet
-// timeouts (seen with 50 nodes against embedded etcd at load 17-23).
-func join(ctx context.Context, c hollowConfig, tok nodetoken.Token, paths agent.Paths) (nodeconfig.Config, error) {
+// join runs the agent's join, and starts it again (at most 5 times in 4
+// minutes, with backoff) when it fails, as systemd restarts an agent whose
+// join failed: a join ends at the first request that is refused or times
+// out, and N nodes joining at once on a loaded host meet timeouts (seen
+// with 50 nodes against embedded etcd at load 17-23).
+func join(ctx context.Context, c hollowConfig, tok nodetoken.Token, paths node.Paths) (nodeconfig.Config, error) {
 	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
-	var (
-		nc  nodeconfig.Config
-		err error
-	)
+	var err error
 	delay := 2 * time.Second
 	for attempt := 1; attempt <= 5; attempt++ {
-		if nc, err = agent.Join(ctx, agent.JoinConfig{Server: c.Server, Token: tok, NodeName: c.Name, Paths: paths}); err != nil {
-			err = fmt.Errorf("hollow node %s: join (attempt %d): %w", c.Name, attempt, err)
-		} else if err = bootstrap.LoadClientCert(ctx, paths.Kubeconfig, paths.BootstrapKubeconfig, paths.CertDir, types.NodeName(c.Name)); err != nil {
-			err = fmt.Errorf("hollow node %s: TLS bootstrap (attempt %d): %w", c.Name, attempt, err)
-		} else {
-			return nc, nil
+		var cluster node.Cluster
+		if cluster, err = (&node.TokenJoin{Server: c.Server, Token: tok}).Ensure(ctx, c.Name, paths); err == nil {
+			return cluster.Config, nil
 		}
+		err = fmt.Errorf("hollow node %s: join (attempt %d): %w", c.Name, attempt, err)
 		klog.FromContext(ctx).Info("Join failed, starting it again", "err", err.Error(), "after", delay)
 		select {
 		case <-ctx.Done():
-			return nc, err
+			return nodeconfig.Config{}, err
 		case <-time.After(delay):
 		}
 		delay *= 2
 	}
-	return nc, err
+	return nodeconfig.Config{}, err
 }
 
 // leaseTimer times the heartbeat client's Lease updates.

@@ -171,8 +171,9 @@ func (n *liteNode) join() (certPEM, keyPEM []byte, err error) {
 	return nil, nil, err
 }
 
-// requestCert: what agent.Join asks with the bootstrap token (is the node
-// name taken, the cluster's node settings), then the kubelet's CSR
+// requestCert: what a node's join asks with the bootstrap token (the
+// cluster's node settings, and here also whether the name is taken), then
+// a client certificate CSR as the kubelet's
 // (k8s.io/kubernetes pkg/kubelet/certificate/bootstrap): subject
 // system:node:<name> in system:nodes, signer
 // kubernetes.io/kube-apiserver-client-kubelet, which the server approves.

@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	"github.com/edgeplane/edgeplane/pkg/bootstrap"
 	"github.com/edgeplane/edgeplane/pkg/config"
 )
@@ -92,10 +92,5 @@ func openDataDir(dir string) (*dataDirState, error) {
 // adminClient is a client of the server on dir, as its admin.
 func adminClient(dir string) (kubernetes.Interface, error) {
 	path := filepath.Join(dir, bootstrap.AdminKubeconfigName)
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		return nil, fmt.Errorf("admin kubeconfig: %w", err)
-	}
-	cfg.UserAgent = "edgeplane-cli"
-	return kubernetes.NewForConfig(cfg)
+	return kubeclient.New(path, "cli", kubeclient.Burst)
 }

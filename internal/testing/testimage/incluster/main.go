@@ -4,11 +4,17 @@
 // printing one name a line. Tests put it in the busybox image
 // (testimage.Image.Files) to check that a pod reaches the API servers
 // through the kubernetes Service.
+//
+// `incluster lookup NAME` resolves NAME with Go's resolver, which reads the
+// pod's /etc/resolv.conf as a glibc pod's would (search list, ndots), and
+// prints one address a line: busybox's static nslookup (1.35) applies no
+// search list, and its static wget resolves nothing.
 package main
 
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -18,6 +24,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "lookup" {
+		if err := lookup(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "incluster:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "incluster:", err)
 		os.Exit(1)
@@ -42,6 +55,19 @@ func run() error {
 	}
 	for _, ns := range list.Items {
 		fmt.Println(ns.Name)
+	}
+	return nil
+}
+
+func lookup(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupHost(ctx, name)
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		fmt.Println(a)
 	}
 	return nil
 }

@@ -1,10 +1,9 @@
-package bootstrap
+package node
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/edgeplane/edgeplane/pkg/agent"
 	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 )
 
@@ -19,9 +18,9 @@ func TestPodLogsDir(t *testing.T) {
 		{name: "relative", dir: "logs", wantErr: `--pod-logs-dir "logs" must be an absolute path`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := newNodeOptions()
+			o := NewOptions()
 			o.PodLogsDir = tc.dir
-			c, errs := o.complete("host")
+			c, errs := o.Complete("host")
 			if tc.wantErr != "" {
 				if len(errs) != 1 || !strings.Contains(errs[0].Error(), tc.wantErr) {
 					t.Fatalf("errors %v, want %q", errs, tc.wantErr)
@@ -31,7 +30,7 @@ func TestPodLogsDir(t *testing.T) {
 			if len(errs) > 0 {
 				t.Fatal(errs)
 			}
-			if got := c.kubeletOptions(agent.PathsIn("/d"), "unix:///x", "/ca", nodeconfig.Config{ClusterDomain: "cluster.local"}).PodLogsDir; got != tc.want {
+			if got := (Config{Settings: c}).KubeletOptions(PathsIn("/d"), Cluster{Config: nodeconfig.Config{ClusterDomain: "cluster.local"}}).PodLogsDir; got != tc.want {
 				t.Fatalf("kubelet PodLogsDir = %q, want %q", got, tc.want)
 			}
 		})

@@ -1,4 +1,11 @@
-package bootstrap
+// Package component is the small lifecycle every edgeplane part shares, and
+// the manager that starts parts in order and stops what started in reverse,
+// as k0s's component manager does:
+//
+//	New -> Start -> Ready -> (runs; an Ender may end on its own) -> Stop
+//
+// pkg/bootstrap starts the control plane with it, pkg/node a node's parts.
+package component
 
 import (
 	"context"
@@ -27,26 +34,26 @@ type Component interface {
 // Ender is a Component that can end on its own once started: a server whose
 // listener failed, a datastore member that stopped. Done is closed then and
 // Err says why. A Stop asked for need not close Done. The manager watches
-// every started Ender (manager.watch): one that ends takes the process down.
+// every started Ender (Manager.Watch): one that ends takes the process down.
 type Ender interface {
 	Done() <-chan struct{}
 	Err() error
 }
 
-// ComponentEndedError says which component ended on its own, and why.
-type ComponentEndedError struct {
+// EndedError says which component ended on its own, and why.
+type EndedError struct {
 	Component string
 	Err       error
 }
 
-func (e *ComponentEndedError) Error() string {
+func (e *EndedError) Error() string {
 	if e.Err == nil {
 		return e.Component + " stopped unexpectedly"
 	}
 	return e.Component + " stopped unexpectedly: " + e.Err.Error()
 }
 
-func (e *ComponentEndedError) Unwrap() error { return e.Err }
+func (e *EndedError) Unwrap() error { return e.Err }
 
 // Phase is one entry of the start-up timeline.
 type Phase struct {
@@ -54,27 +61,27 @@ type Phase struct {
 	Duration time.Duration
 }
 
-// manager starts components in order and remembers which ones started, so a
+// Manager starts components in order and remembers which ones started, so a
 // failure (or shutdown) stops exactly those, newest first.
-type manager struct {
+type Manager struct {
 	started  []Component
 	timeline []Phase
 }
 
-// start runs Start then Ready for c, recording the phase. On error the
+// Start runs Start then Ready for c, recording the phase. On error the
 // component is stopped too (it may have started goroutines before failing).
-func (m *manager) start(ctx context.Context, c Component, stopTimeout time.Duration) error {
-	return m.startTogether(ctx, stopTimeout, c)
+func (m *Manager) Start(ctx context.Context, c Component, stopTimeout time.Duration) error {
+	return m.StartTogether(ctx, stopTimeout, c)
 }
 
-// startTogether starts components that do not depend on each other at the
+// StartTogether starts components that do not depend on each other at the
 // same time: Start on each in order, then every Ready at once. Each phase is
 // recorded with the time from the common begin to its own Ready, so the
 // phases overlap in the timeline. Once all are ready they count as started in
-// the order given, and stopAll stops them in reverse. When one fails, the
+// the order given, and StopAll stops them in reverse. When one fails, the
 // others' Ready is cancelled and every one whose Start was called is stopped,
 // newest first; the error is the first failure's.
-func (m *manager) startTogether(ctx context.Context, stopTimeout time.Duration, cs ...Component) error {
+func (m *Manager) StartTogether(ctx context.Context, stopTimeout time.Duration, cs ...Component) error {
 	logger := klog.FromContext(ctx)
 	begin := time.Now()
 	readyCtx, cancel := context.WithCancel(ctx)
@@ -127,14 +134,14 @@ func (m *manager) startTogether(ctx context.Context, stopTimeout time.Duration, 
 	}
 	m.started = append(m.started, cs...)
 	for i, c := range cs {
-		m.record(ctx, c.Name(), took[i])
+		m.Record(ctx, c.Name(), took[i])
 	}
 	return nil
 }
 
-// startBackground starts c, which has nothing to wait for, after start-up:
+// StartBackground starts c, which has nothing to wait for, after start-up:
 // no phase in the timeline, stopped with the rest.
-func (m *manager) startBackground(ctx context.Context, c Component) error {
+func (m *Manager) StartBackground(ctx context.Context, c Component) error {
 	if err := c.Start(ctx); err != nil {
 		return fmt.Errorf("%s: %w", c.Name(), err)
 	}
@@ -142,9 +149,9 @@ func (m *manager) startBackground(ctx context.Context, c Component) error {
 	return nil
 }
 
-// watch blocks until ctx is done (nil) or a started component that is an
+// Watch blocks until ctx is done (nil) or a started component that is an
 // Ender ends on its own; it returns which one and why.
-func (m *manager) watch(ctx context.Context) *ComponentEndedError {
+func (m *Manager) Watch(ctx context.Context) *EndedError {
 	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}}
 	var enders []Component
 	for _, c := range m.started {
@@ -164,18 +171,24 @@ func (m *manager) watch(ctx context.Context) *ComponentEndedError {
 		return nil
 	}
 	c := enders[i-1]
-	return &ComponentEndedError{Component: c.Name(), Err: c.(Ender).Err()}
+	err := c.(Ender).Err()
+	// A component made of parts (a node) ends when one of them does: the
+	// part is named, not the whole.
+	if inner, ok := err.(*EndedError); ok {
+		return inner
+	}
+	return &EndedError{Component: c.Name(), Err: err}
 }
 
-// record adds a phase to the timeline and logs it.
-func (m *manager) record(ctx context.Context, name string, d time.Duration) {
+// Record adds a phase to the timeline and logs it.
+func (m *Manager) Record(ctx context.Context, name string, d time.Duration) {
 	m.timeline = append(m.timeline, Phase{Name: name, Duration: d})
 	klog.FromContext(ctx).Info("Start-up phase done", "phase", name, "duration", d.Round(time.Millisecond))
 }
 
-// stopAll stops the started components in reverse order, each bounded by
+// StopAll stops the started components in reverse order, each bounded by
 // perComponent, and returns every error.
-func (m *manager) stopAll(ctx context.Context, perComponent time.Duration) error {
+func (m *Manager) StopAll(ctx context.Context, perComponent time.Duration) error {
 	logger := klog.FromContext(ctx)
 	var errs []error
 	for i := len(m.started) - 1; i >= 0; i-- {

@@ -1,4 +1,4 @@
-package bootstrap
+package node
 
 import (
 	"fmt"
@@ -9,24 +9,20 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 
-	"github.com/edgeplane/edgeplane/pkg/agent"
 	"github.com/edgeplane/edgeplane/pkg/cni"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
-	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 )
-
-// componentKubelet is the --disable name of a server's own node.
-const componentKubelet = "kubelet"
 
 // defaultPauseImage is the sandbox image of Debian's and upstream's
 // containerd 1.6 configuration; edgeplane pins it when it imports it from
 // the airgap directory, so that the kubelet's image GC keeps it.
 const defaultPauseImage = "registry.k8s.io/pause:3.6"
 
-// NodeOptions are the flags of a node, shared by `edgeplane agent` and by a
+// Options are the flags of a node, shared by `edgeplane agent` and by a
 // server that is its own node.
-type NodeOptions struct {
+type Options struct {
 	NodeName        string
 	NodeIPs         []string
 	NodeLabels      []string
@@ -38,12 +34,13 @@ type NodeOptions struct {
 	PodLogsDir      string
 }
 
-func newNodeOptions() NodeOptions {
-	return NodeOptions{CNIConfDir: cni.DefaultConfDir, PauseImage: defaultPauseImage}
+// NewOptions returns the defaults.
+func NewOptions() Options {
+	return Options{CNIConfDir: cni.DefaultConfDir, PauseImage: defaultPauseImage}
 }
 
 // AddFlags binds the node's flags to fs.
-func (o *NodeOptions) AddFlags(fs *pflag.FlagSet) {
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of this node (default: the host name, in lower case).")
 	fs.StringSliceVar(&o.NodeIPs, "node-ip", o.NodeIPs, "IP address of this node (an IPv4 and an IPv6 address for dual stack; default: the address of the default route's interface).")
 	fs.StringArrayVar(&o.NodeLabels, "node-label", o.NodeLabels, "Label key=value set on the node when it registers (repeatable).")
@@ -55,8 +52,8 @@ func (o *NodeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PauseImage, "pause-image", o.PauseImage, "Sandbox (pause) image the container runtime is configured with (containerd: sandbox_image); kept from image garbage collection when imported from the airgap directory.")
 }
 
-// nodeCompleted are parsed NodeOptions.
-type nodeCompleted struct {
+// Settings are parsed Options: this node's own settings.
+type Settings struct {
 	Name            string
 	IPs             []net.IP
 	Labels          map[string]string
@@ -68,10 +65,11 @@ type nodeCompleted struct {
 	PodLogsDir      string
 }
 
-// complete parses the node options; hostname is the default node name.
-func (o *NodeOptions) complete(hostname string) (nodeCompleted, []error) {
+// Complete parses the node options; hostname is the default node name.
+// Every problem is returned.
+func (o *Options) Complete(hostname string) (Settings, []error) {
 	var errs []error
-	c := nodeCompleted{
+	c := Settings{
 		Name:        strings.ToLower(strings.TrimSpace(o.NodeName)),
 		Labels:      map[string]string{},
 		KubeletArgs: o.KubeletArgs,
@@ -131,34 +129,30 @@ func (o *NodeOptions) complete(hostname string) (nodeCompleted, []error) {
 	return c, errs
 }
 
-// kubeletOptions fills the kubelet's options for this node; dir is the
-// node's files (under <data-dir>/agent).
-func (c nodeCompleted) kubeletOptions(p agent.Paths, runtimeEndpoint, clientCA string, cluster nodeconfig.Config) kubelet.Options {
-	return kubelet.Options{
-		NodeName:        c.Name,
-		NodeIPs:         c.IPs,
-		NodeLabels:      c.Labels,
-		NodeTaints:      c.Taints,
-		RootDir:         p.RootDir,
-		CertDir:         p.CertDir,
-		Kubeconfig:      p.Kubeconfig,
-		ClientCAFile:    clientCA,
-		RuntimeEndpoint: runtimeEndpoint,
-		ClusterDomain:   cluster.ClusterDomain,
-		ClusterDNS:      cluster.ClusterDNS,
-		PodLogsDir:      c.PodLogsDir,
-		ExtraArgs:       c.KubeletArgs,
-
-		NodeLeaseDuration: cluster.NodeLeaseDuration,
-		AllowPrivileged:   cluster.AllowPrivileged,
-	}
-}
-
-// defaultHostname is the host's name, for the default node name.
-func defaultHostname() (string, error) {
+// DefaultHostname is the host's name, for the default node name.
+func DefaultHostname() (string, error) {
 	h, err := os.Hostname()
 	if err != nil {
 		return "", fmt.Errorf("read the hostname: %w", err)
 	}
 	return h, nil
+}
+
+// WithDefaultIP is s with the host's primary address (the default route's
+// interface, as the kubelet would fall back to) as its IP when it has
+// none. The kubelet gets it explicitly: without one it first looks its
+// node name up in DNS, which on a host without a working resolver (an
+// edge site offline, a network namespace) costs ~10 s per lookup at
+// registration, and a server's serving certificate must name the address
+// the kubelet reports.
+func (s Settings) WithDefaultIP() (Settings, error) {
+	if len(s.IPs) > 0 {
+		return s, nil
+	}
+	ip, err := utilnet.ChooseHostInterface()
+	if err != nil {
+		return s, fmt.Errorf("no --node-ip given and no host address found (%v): pass --node-ip", err)
+	}
+	s.IPs = []net.IP{ip}
+	return s, nil
 }

@@ -1,15 +1,16 @@
-package agent
+package node
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/edgeplane/edgeplane/internal/background"
+	"github.com/edgeplane/edgeplane/internal/component"
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	"github.com/edgeplane/edgeplane/pkg/cni"
 )
 
@@ -20,14 +21,13 @@ const recheckInterval = 5 * time.Minute
 // PodNetwork writes the node's CNI configuration once the Node has pod
 // CIDRs, and keeps it written. It works in the background: the node must
 // register (the kubelet does that) before the node IPAM controller gives it
-// a range, so nothing waits for it at start-up; the container runtime
-// reports the network not ready, and the kubelet holds pods back, until the
-// file is there.
+// a range; the container runtime reports the network not ready, and the
+// kubelet holds pods back, until the file is there. Ready waits for the
+// first write; a writer that cannot go on ends the component (Done, Err).
 type PodNetwork struct {
 	// Node is the Node's name.
 	Node string
-	// Kubeconfig holds the node's credentials (written by the kubelet's TLS
-	// bootstrap on an agent, so it may appear only after start).
+	// Kubeconfig holds the node's credentials.
 	Kubeconfig string
 	// ConfDir is the runtime's CNI configuration directory.
 	ConfDir string
@@ -39,6 +39,7 @@ type PodNetwork struct {
 	MTU func(context.Context) (int, error)
 
 	loop background.Loop
+	component.Status
 }
 
 // Name implements the bootstrap component contract.
@@ -58,8 +59,8 @@ func (p *PodNetwork) Start(ctx context.Context) error {
 	return nil
 }
 
-// Ready is immediate: see the type's comment.
-func (p *PodNetwork) Ready(context.Context) error { return nil }
+// Ready waits for the first write of the configuration.
+func (p *PodNetwork) Ready(ctx context.Context) error { return p.WaitReady(ctx) }
 
 // Stop ends the writer.
 func (p *PodNetwork) Stop(ctx context.Context) error {
@@ -68,24 +69,26 @@ func (p *PodNetwork) Stop(ctx context.Context) error {
 
 func (p *PodNetwork) run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	client, err := p.waitForClient(ctx)
+	fail := func(err error) {
+		if ctx.Err() == nil {
+			p.End(fmt.Errorf("pods will not get a network: %w", err))
+		}
+	}
+	client, err := kubeclient.New(p.Kubeconfig, p.Name(), kubeclient.Steady)
 	if err != nil {
-		return // ctx ended
+		fail(err)
+		return
 	}
 	cidrs, err := cni.WaitForPodCIDRs(ctx, client, p.Node)
 	if err != nil {
-		if ctx.Err() == nil {
-			logger.Error(err, "Pods will not get a network")
-		}
+		fail(err)
 		return
 	}
 	conf := cni.Config{PodCIDRs: cidrs, Bridge: p.Bridge}
 	if p.MTU != nil {
 		mtu, err := p.MTU(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
-				logger.Error(err, "Pods will not get a network")
-			}
+			fail(err)
 			return
 		}
 		conf.MTU, conf.NoMasquerade = mtu, true
@@ -94,18 +97,13 @@ func (p *PodNetwork) run(ctx context.Context) {
 		changed, err := cni.Write(p.ConfDir, conf)
 		switch {
 		case err != nil:
+			// The directory is the runtime's: a write that fails may
+			// pass (a full disk), and the file written before stays.
 			logger.Error(err, "Writing the pod network configuration")
+			return
 		case changed:
 			logger.Info("Wrote the pod network configuration", "file", p.ConfDir+"/"+cni.ConfFileName, "podCIDRs", cidrs)
 		}
+		p.MarkReady()
 	}, recheckInterval)
-}
-
-// waitForClient waits for the node's credentials.
-func (p *PodNetwork) waitForClient(ctx context.Context) (kubernetes.Interface, error) {
-	client, err := cni.WaitForClient(ctx, p.Kubeconfig, "edgeplane/pod-network")
-	if err != nil && !errors.Is(err, context.Canceled) {
-		klog.FromContext(ctx).Error(err, "No client for the pod network writer")
-	}
-	return client, err
 }

@@ -1,4 +1,4 @@
-package agent
+package node
 
 import (
 	"context"
@@ -66,7 +66,7 @@ func (i *Images) Start(ctx context.Context) error {
 	return nil
 }
 
-// Ready is immediate: Start did the work.
+// Ready is immediate: Start imported the images.
 func (i *Images) Ready(context.Context) error { return nil }
 
 // Stop has nothing to stop.

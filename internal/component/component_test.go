@@ -1,4 +1,4 @@
-package bootstrap
+package component
 
 import (
 	"context"
@@ -96,11 +96,11 @@ func TestStartTogether(t *testing.T) {
 			ev := &events{}
 			a, b := tc.a, tc.b
 			a.name, b.name, a.ev, b.ev = "a", "b", ev, ev
-			var m manager
-			if err := m.start(ctx, &fakeComponent{name: "store", ev: &events{}}, time.Second); err != nil {
+			var m Manager
+			if err := m.Start(ctx, &fakeComponent{name: "store", ev: &events{}}, time.Second); err != nil {
 				t.Fatal(err)
 			}
-			err := m.startTogether(ctx, time.Second, &a, &b)
+			err := m.StartTogether(ctx, time.Second, &a, &b)
 			if (err == nil) != (tc.wantErr == "") || (err != nil && err.Error() != tc.wantErr) {
 				t.Errorf("error %v, want %q", err, tc.wantErr)
 			}
@@ -126,7 +126,7 @@ func TestStartTogether(t *testing.T) {
 					t.Errorf("phase a took %s, want at least its Ready's 20ms", m.timeline[1].Duration)
 				}
 				ev.log = nil
-				if err := m.stopAll(ctx, time.Second); err != nil {
+				if err := m.StopAll(ctx, time.Second); err != nil {
 					t.Fatal(err)
 				}
 				if want := []string{"stop b", "stop a"}; !slices.Equal(ev.log, want) {

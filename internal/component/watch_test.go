@@ -1,4 +1,4 @@
-package bootstrap
+package component
 
 import (
 	"context"
@@ -39,21 +39,21 @@ func TestWatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			ev := &events{}
-			var m manager
+			var m Manager
 			comps := map[string]*enderComponent{}
 			for _, name := range []string{"datastore", "apiserver"} {
 				c := &enderComponent{fakeComponent: fakeComponent{name: name, ev: ev}, done: make(chan struct{})}
 				comps[name] = c
-				if err := m.start(ctx, c, time.Second); err != nil {
+				if err := m.Start(ctx, c, time.Second); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := m.start(ctx, &fakeComponent{name: "controllers", ev: ev}, time.Second); err != nil {
+			if err := m.Start(ctx, &fakeComponent{name: "controllers", ev: ev}, time.Second); err != nil {
 				t.Fatal(err)
 			}
 			taskStopped := make(chan struct{})
 			task := background.NewTask("pacer", func(ctx context.Context) { <-ctx.Done(); close(taskStopped) })
-			if err := m.startBackground(ctx, task); err != nil {
+			if err := m.StartBackground(ctx, task); err != nil {
 				t.Fatal(err)
 			}
 			watchCtx, cancel := context.WithCancel(ctx)
@@ -65,7 +65,7 @@ func TestWatch(t *testing.T) {
 			} else {
 				cancel()
 			}
-			got := m.watch(watchCtx)
+			got := m.Watch(watchCtx)
 			switch {
 			case tc.end == "" && got != nil:
 				t.Fatalf("watch on shutdown = %v, want nil", got)
@@ -76,7 +76,7 @@ func TestWatch(t *testing.T) {
 					t.Errorf("watch = %q, want %q wrapping the component's error", got, tc.wantLine)
 				}
 			}
-			if err := m.stopAll(ctx, time.Second); err != nil {
+			if err := m.StopAll(ctx, time.Second); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -93,5 +93,47 @@ func TestWatch(t *testing.T) {
 				t.Errorf("events %v, want %v", log, want)
 			}
 		})
+	}
+}
+
+// statusPart is a part that works in the background with a Status.
+type statusPart struct {
+	name string
+	Status
+}
+
+func (p *statusPart) Name() string                    { return p.name }
+func (p *statusPart) Start(context.Context) error     { return nil }
+func (p *statusPart) Ready(ctx context.Context) error { return p.WaitReady(ctx) }
+func (p *statusPart) Stop(context.Context) error      { return nil }
+
+// TestWatchNamesThePart: a component made of parts (a node) that ends
+// because one part ended is reported as that part, with its error, and a
+// part's end before it was ready is what its Ready returns.
+func TestWatchNamesThePart(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	broken := errors.New("no interface holds the node address")
+	part := &statusPart{name: "flannel"}
+	var inner Manager
+	if err := inner.StartBackground(ctx, part); err != nil {
+		t.Fatal(err)
+	}
+	whole := &statusPart{name: "node"}
+	go func() {
+		if ended := inner.Watch(ctx); ended != nil {
+			whole.End(ended)
+		}
+	}()
+	var outer Manager
+	if err := outer.StartBackground(ctx, whole); err != nil {
+		t.Fatal(err)
+	}
+	part.End(broken)
+	got := outer.Watch(ctx)
+	if got == nil || got.Component != "flannel" || !errors.Is(got, broken) {
+		t.Fatalf("Watch = %v, want flannel's end with its error", got)
+	}
+	if err := part.Ready(ctx); !errors.Is(err, broken) {
+		t.Fatalf("Ready after the end = %v, want the end's error", err)
 	}
 }

@@ -1,0 +1,269 @@
+// Package node makes a host a node of an edgeplane cluster, for `edgeplane
+// agent` and for a server that is its own node, with one list of parts:
+//
+//	credentials  the node's client certificate and kubeconfig, before any
+//	             part starts: a token join with the node's identity key
+//	             (TokenJoin), or minted by the server (LocalCA)
+//	images       the airgap images, imported into the runtime
+//	kubelet      upstream's, in this process
+//	flannel      the pod network across nodes (unless off)
+//	pod-network  the node's CNI configuration
+//	kube-proxy   Services (unless off)
+//	network-policy  NetworkPolicy enforcement (unless off)
+//
+// Node is one component to its caller: Start gets the credentials and
+// starts every part; Ready waits until each part does its job and the Node
+// is Ready; Done closes when any part ends on its own (the kubelet, a
+// network whose backend failed, a policy controller that stopped), so that
+// a node with a broken part ends instead of looking healthy.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	"github.com/edgeplane/edgeplane/internal/component"
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
+	"github.com/edgeplane/edgeplane/pkg/certs"
+	"github.com/edgeplane/edgeplane/pkg/criruntime"
+	"github.com/edgeplane/edgeplane/pkg/kubelet"
+	"github.com/edgeplane/edgeplane/pkg/netpol"
+	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
+)
+
+// Config is one node.
+type Config struct {
+	// Settings are the node's own (its flags).
+	Settings Settings
+	// Dir is the node's directory, <data-dir>/agent.
+	Dir string
+	// Runtime is the container runtime the node runs pods with
+	// (DetectRuntime).
+	Runtime *criruntime.Runtime
+	// Credentials give the node its client certificate and the cluster's
+	// settings.
+	Credentials Credentials
+	// Disabled are the node's parts turned off, by PartNetworkPolicy
+	// (flannel and kube-proxy follow the cluster's Network).
+	Disabled map[string]bool
+	// InServer: the node runs in a server's process, whose feature gates
+	// the API server reads.
+	InServer bool
+}
+
+// Cluster is what a node takes from the cluster.
+type Cluster struct {
+	nodeconfig.Config
+	// ClientCAFile is the CA file of the clients the kubelet's API accepts.
+	ClientCAFile string
+	// Network is the cluster network the node runs.
+	Network Network
+	// ServingCertFile and ServingKeyFile are the kubelet's serving
+	// certificate, minted by the server for its own node; empty: the
+	// kubelet asks for one (a kubelet-serving CSR) and rotates it.
+	ServingCertFile, ServingKeyFile string
+	// RenewServing renews the files above when they are due (the kubelet
+	// reloads them); nil with no files.
+	RenewServing func(context.Context) error
+}
+
+// Node is a running node: a component (Start, Ready, Stop) and an Ender.
+type Node struct {
+	cfg   Config
+	paths Paths
+
+	mu       sync.Mutex
+	parts    []component.Component
+	mgr      component.Manager
+	status   component.Status
+	stopWait context.CancelFunc
+	waited   chan struct{}
+	began    time.Time
+}
+
+var (
+	_ component.Component = (*Node)(nil)
+	_ component.Ender     = (*Node)(nil)
+)
+
+// New checks cfg; nothing starts until Start.
+func New(cfg Config) (*Node, error) {
+	if cfg.Runtime == nil || cfg.Credentials == nil || cfg.Dir == "" {
+		return nil, errors.New("node: a runtime, credentials and a directory are required")
+	}
+	p := PathsIn(cfg.Dir)
+	k := cfg.KubeletOptions(p, Cluster{Config: nodeconfig.Config{ClusterDomain: "cluster.local"}, ClientCAFile: p.ClientCA})
+	if errs := k.Validate(); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &Node{cfg: cfg, paths: p}, nil
+}
+
+// Name implements component.Component.
+func (n *Node) Name() string { return "node" }
+
+// Start gets the node's credentials, then starts its parts in order. A
+// part that fails to start stops the ones started before it.
+func (n *Node) Start(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("node", n.cfg.Settings.Name)
+	ctx = klog.NewContext(ctx, logger)
+	n.began = time.Now()
+	cluster, err := n.cfg.Credentials.Ensure(ctx, n.cfg.Settings.Name, n.paths)
+	if err != nil {
+		return err
+	}
+	parts, err := n.build(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if err := n.mgr.StartBackground(ctx, p); err != nil {
+			_ = n.mgr.StopAll(context.WithoutCancel(ctx), partStopTimeout)
+			return err
+		}
+	}
+	watchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	waited := make(chan struct{})
+	n.mu.Lock()
+	n.parts, n.stopWait, n.waited = parts, cancel, waited
+	n.mu.Unlock()
+	go func() {
+		defer close(waited)
+		if ended := n.mgr.Watch(watchCtx); ended != nil {
+			n.status.End(ended)
+		}
+	}()
+	return nil
+}
+
+// partStopTimeout bounds each part's Stop.
+const partStopTimeout = 30 * time.Second
+
+// build makes the node's parts for the cluster's settings.
+func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Component, error) {
+	s, p := n.cfg.Settings, n.paths
+	k, err := kubelet.New(n.cfg.KubeletOptions(p, cluster))
+	if err != nil {
+		return nil, err
+	}
+	if cluster.ServingCertFile == "" && len(cluster.KubeletServingCA) > 0 {
+		// A serving certificate from before the kubelet-serving CA (the
+		// cluster CA signed it): the kubelet asks for a new one at once.
+		if dropped, err := certs.DropForeignKubeletServing(ctx, p.CertDir, cluster.KubeletServingCA); err != nil {
+			return nil, err
+		} else if dropped {
+			klog.FromContext(ctx).Info("Dropped the kubelet's serving certificate from another CA: the kubelet asks for one from the kubelet-serving CA")
+		}
+	}
+	parts := []component.Component{
+		&Images{Dir: p.Images, RuntimeEndpoint: n.cfg.Runtime.Endpoint, Pinned: []string{s.PauseImage}},
+		k,
+	}
+	if cluster.RenewServing != nil {
+		parts = append(parts, &servingRenewer{renew: cluster.RenewServing})
+	}
+	network, err := networkComponents(ctx, s, p, cluster.Network, cluster.ClusterCIDR)
+	if err != nil {
+		return nil, err
+	}
+	parts = append(parts, network...)
+	if n.cfg.Disabled[PartNetworkPolicy] {
+		// A table an earlier run left would go on enforcing the
+		// policies of the day it was written.
+		if err := netpol.Cleanup(ctx, nil); err != nil {
+			return nil, fmt.Errorf("node: removing the NetworkPolicy table of an earlier run: %w", err)
+		}
+	} else {
+		parts = append(parts, &netpol.Component{Node: s.Name, Kubeconfig: p.Kubeconfig})
+	}
+	return parts, nil
+}
+
+// Ready waits until every part does its job and the Node is Ready, or a
+// part ends, or ctx ends.
+func (n *Node) Ready(ctx context.Context) error {
+	n.mu.Lock()
+	parts := n.parts
+	n.mu.Unlock()
+	if parts == nil {
+		return errors.New("node: not started")
+	}
+	for _, p := range parts {
+		if err := n.readyOrEnded(ctx, p); err != nil {
+			return fmt.Errorf("%s: %w", p.Name(), err)
+		}
+	}
+	return n.waitNodeReady(ctx)
+}
+
+// readyOrEnded is p.Ready, cut short when any part of the node ends.
+func (n *Node) readyOrEnded(ctx context.Context, p component.Component) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-n.status.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := p.Ready(ctx)
+	if ended := n.status.Err(); ended != nil {
+		return ended
+	}
+	return err
+}
+
+// waitNodeReady polls the Node's Ready condition with the node's own
+// credentials.
+func (n *Node) waitNodeReady(ctx context.Context) error {
+	client, err := kubeclient.New(n.paths.Kubeconfig, "node", kubeclient.Steady)
+	if err != nil {
+		return err
+	}
+	return wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := n.status.Err(); err != nil {
+			return false, err
+		}
+		node, err := client.CoreV1().Nodes().Get(ctx, n.cfg.Settings.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil // not registered yet, or the server is busy: the parts' own ends say more
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// Began is when Start was called.
+func (n *Node) Began() time.Time { return n.began }
+
+// Stop stops the parts, newest first, and returns every error.
+func (n *Node) Stop(ctx context.Context) error {
+	n.mu.Lock()
+	stopWait, waited := n.stopWait, n.waited
+	n.stopWait = nil
+	n.mu.Unlock()
+	if stopWait != nil {
+		stopWait()
+		<-waited
+	}
+	return n.mgr.StopAll(ctx, partStopTimeout)
+}
+
+// Done is closed when a part of the node ended on its own.
+func (n *Node) Done() <-chan struct{} { return n.status.Done() }
+
+// Err says which part ended and why.
+func (n *Node) Err() error { return n.status.Err() }

@@ -1,0 +1,57 @@
+package node
+
+import (
+	"path/filepath"
+
+	"github.com/edgeplane/edgeplane/pkg/nodeidentity"
+)
+
+// DirName is a node's directory under the data dir: <data-dir>/agent, for
+// `edgeplane agent` and for a server that is its own node.
+const DirName = "agent"
+
+// Paths are a node's files, under its directory.
+type Paths struct {
+	Dir string
+	// ServerCA is the cluster CA, as the node's join discovered it.
+	ServerCA string
+	// ClientCA is the CA of the clients the kubelet's API accepts (the API
+	// server's kubelet client certificate chains to it).
+	ClientCA string
+	// Kubeconfig is the node's own kubeconfig: the kubelet's, and every
+	// other node component's.
+	Kubeconfig string
+	// IdentityKey is the node's identity key (pkg/nodeidentity), and
+	// IdentityBound records that the server bound the node's name to it.
+	IdentityKey   string
+	IdentityBound string
+	// RootDir is the kubelet's --root-dir; CertDir its rotated certificates.
+	RootDir string
+	CertDir string
+	// Images is the airgap images directory.
+	Images string
+	// Flannel is flannel's directory (its network configuration).
+	Flannel string
+}
+
+// PathsIn lays the files out under dir.
+func PathsIn(dir string) Paths {
+	return Paths{
+		Dir:           dir,
+		ServerCA:      filepath.Join(dir, "server-ca.crt"),
+		ClientCA:      filepath.Join(dir, "client-ca.crt"),
+		Kubeconfig:    filepath.Join(dir, "kubelet.kubeconfig"),
+		IdentityKey:   nodeidentity.KeyPath(dir),
+		IdentityBound: filepath.Join(dir, "node-identity.bound"),
+		RootDir:       filepath.Join(dir, "kubelet"),
+		CertDir:       filepath.Join(dir, "kubelet", "pki"),
+		Images:        filepath.Join(dir, "images"),
+		Flannel:       filepath.Join(dir, "flannel"),
+	}
+}
+
+// staleBootstrapKubeconfig is where nodes of earlier versions kept a
+// kubeconfig holding their node token for the kubelet's own TLS bootstrap;
+// a node now bootstraps before its kubelet starts and keeps no token on
+// disk, so a join removes it.
+func staleBootstrapKubeconfig(p Paths) string { return filepath.Join(p.Dir, "bootstrap.kubeconfig") }

@@ -1,0 +1,251 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
+
+	"github.com/edgeplane/edgeplane/internal/atomicfile"
+	"github.com/edgeplane/edgeplane/internal/kubeclient"
+	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
+	"github.com/edgeplane/edgeplane/pkg/nodeidentity"
+	"github.com/edgeplane/edgeplane/pkg/nodetoken"
+)
+
+// TokenJoin is an agent's credentials: a node token, used once.
+//
+// A node that joined before and holds a current client certificate starts
+// from it, without the token (which may have expired since). Otherwise the
+// cluster CA is discovered with the token and checked against the token's
+// pin before anything is written; then the node asks, with the token, for a
+// client certificate of its identity key (pkg/nodeidentity), which the
+// server grants only to the node that first joined under that name. An
+// unreachable server is retried with backoff, logged once a window; a CA
+// that does not match, a token the server does not know, or a refused
+// certificate end the join with an error saying what to do.
+type TokenJoin struct {
+	// Server is the URL of a server, https://host:port.
+	Server string
+	Token  nodetoken.Token
+	// PrepareDir is called once, after the server's CA has been checked
+	// against the token's pin and before the node's first file is written
+	// (it creates and locks the data dir). nil: nothing to prepare.
+	PrepareDir func() error
+	// RetryWindow is how often an unreachable server is logged (0: a
+	// minute).
+	RetryWindow time.Duration
+}
+
+var _ Credentials = (*TokenJoin)(nil)
+
+// partJoin is the join's name in user agents and errors.
+const partJoin = "node-join"
+
+// Ensure implements Credentials.
+func (j *TokenJoin) Ensure(ctx context.Context, node string, p Paths) (Cluster, error) {
+	logger := klog.FromContext(ctx)
+	state, err := loadCredentials(p, time.Now())
+	if err != nil {
+		return Cluster{}, err
+	}
+	if state == credValid {
+		logger.Info("Starting with the node's existing credentials", "kubeconfig", p.Kubeconfig)
+		if err := j.prepare(); err != nil {
+			return Cluster{}, err
+		}
+		// The kubeconfig follows --server (a server that moved).
+		store, err := clientCertStore(p)
+		if err != nil {
+			return Cluster{}, err
+		}
+		if err := writeKubeconfig(p, j.Server, p.ServerCA, store.CurrentPath()); err != nil {
+			return Cluster{}, err
+		}
+		client, err := kubeclient.New(p.Kubeconfig, partJoin, kubeclient.Burst)
+		if err != nil {
+			return Cluster{}, err
+		}
+		enroll(ctx, client, node, p, j.Server)
+		return fetchCluster(ctx, client, p)
+	}
+	if state == credExpired {
+		logger.Info("The node's client certificate has expired: joining again with the node token", "kubeconfig", p.Kubeconfig)
+	}
+
+	caPEM, err := j.discover(ctx)
+	if err != nil {
+		return Cluster{}, err
+	}
+	if err := j.prepare(); err != nil {
+		return Cluster{}, err
+	}
+	if err := writeFile(p.ServerCA, caPEM, 0o644); err != nil {
+		return Cluster{}, err
+	}
+	if err := os.Remove(staleBootstrapKubeconfig(p)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return Cluster{}, fmt.Errorf("node: %w", err)
+	}
+	boot, err := j.bootstrapClient(p.ServerCA)
+	if err != nil {
+		return Cluster{}, err
+	}
+	if err := bootstrapClientCert(ctx, boot, node, p, j.Server); err != nil {
+		return Cluster{}, err
+	}
+	client, err := kubeclient.New(p.Kubeconfig, partJoin, kubeclient.Burst)
+	if err != nil {
+		return Cluster{}, err
+	}
+	return fetchCluster(ctx, client, p)
+}
+
+// prepare calls PrepareDir once.
+func (j *TokenJoin) prepare() error {
+	if j.PrepareDir == nil {
+		return nil
+	}
+	f := j.PrepareDir
+	j.PrepareDir = nil
+	return f()
+}
+
+// discover fetches the cluster CA with the token, retrying while the server
+// cannot be reached.
+func (j *TokenJoin) discover(ctx context.Context) ([]byte, error) {
+	logger := klog.FromContext(ctx)
+	window := j.RetryWindow
+	if window == 0 {
+		window = time.Minute
+	}
+	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 30 * time.Second}
+	var lastLog time.Time
+	attempts := 0
+	for {
+		caPEM, err := nodetoken.Discover(ctx, j.Server, j.Token)
+		if err == nil {
+			return caPEM, nil
+		}
+		if !errors.Is(err, nodetoken.ErrUnreachable) {
+			return nil, err
+		}
+		attempts++
+		if time.Since(lastLog) >= window {
+			logger.Info("Cannot reach the server yet, retrying with backoff", "server", j.Server, "attempts", attempts, "err", err.Error())
+			lastLog, attempts = time.Now(), 0
+		}
+		t := time.NewTimer(backoff.Step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("node: server %s not reached: %w", j.Server, err)
+		case <-t.C:
+		}
+	}
+}
+
+// bootstrapClient authenticates with the node token and trusts the CA the
+// discovery checked, kept in memory only: the token is written nowhere.
+func (j *TokenJoin) bootstrapClient(caFile string) (kubernetes.Interface, error) {
+	cfg := &rest.Config{
+		Host:            j.Server,
+		BearerToken:     j.Token.BootstrapToken(),
+		TLSClientConfig: rest.TLSClientConfig{CAFile: caFile},
+		UserAgent:       kubeclient.UserAgent(partJoin),
+		Timeout:         30 * time.Second,
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	return client, nil
+}
+
+// fetchCluster reads the cluster's settings for nodes with the node's own
+// credentials and writes the client CA the kubelet authenticates the API
+// server with. A server that is still starting is waited for; a refusal
+// (the node's certificate is not accepted) ends it at once.
+func fetchCluster(ctx context.Context, client kubernetes.Interface, p Paths) (Cluster, error) {
+	var nc nodeconfig.Config
+	err := kubeclient.Retry(ctx, "node: reading the cluster's settings for nodes", 2*time.Minute, func(ctx context.Context) error {
+		var err error
+		nc, err = nodeconfig.Fetch(ctx, client)
+		return err
+	})
+	if err != nil {
+		return Cluster{}, err
+	}
+	network, err := NetworkOf(nc)
+	if err != nil {
+		return Cluster{}, err
+	}
+	if err := writeFile(p.ClientCA, nc.ClientCA, 0o644); err != nil {
+		return Cluster{}, err
+	}
+	return Cluster{Config: nc, ClientCAFile: p.ClientCA, Network: network}, nil
+}
+
+// writeKubeconfig writes the node's kubeconfig: server, the CA file, and
+// the kubelet's current client certificate and key (one file).
+func writeKubeconfig(p Paths, server, caFile, certFile string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["edgeplane"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: caFile}
+	cfg.AuthInfos["node"] = &clientcmdapi.AuthInfo{ClientCertificate: certFile, ClientKey: certFile}
+	cfg.Contexts["edgeplane"] = &clientcmdapi.Context{Cluster: "edgeplane", AuthInfo: "node"}
+	cfg.CurrentContext = "edgeplane"
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return fmt.Errorf("node: kubeconfig: %w", err)
+	}
+	return writeFile(p.Kubeconfig, data, 0o600)
+}
+
+// writeFile writes data to path atomically and durably, unless it already
+// holds exactly that.
+func writeFile(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if _, err := atomicfile.Write(path, data, mode); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	return nil
+}
+
+// identityBound reports whether the node recorded that the server bound
+// its name to the identity key of fingerprint fp.
+func identityBound(p Paths, fp string) bool {
+	b, err := os.ReadFile(p.IdentityBound)
+	return err == nil && string(b) == fp+"\n"
+}
+
+// markIdentityBound records that the server bound the node's name to fp.
+func markIdentityBound(p Paths, fp string) error {
+	return writeFile(p.IdentityBound, []byte(fp+"\n"), 0o600)
+}
+
+// loadIdentity is the node's identity key and its fingerprint, created at
+// the node's first join.
+func loadIdentity(p Paths) (keyFP identity, err error) {
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		return identity{}, fmt.Errorf("node: %w", err)
+	}
+	key, _, err := nodeidentity.LoadOrCreateKey(p.IdentityKey)
+	if err != nil {
+		return identity{}, err
+	}
+	fp, err := nodeidentity.Fingerprint(key.Public())
+	if err != nil {
+		return identity{}, err
+	}
+	return identity{key: key, fingerprint: fp}, nil
+}
