@@ -5,12 +5,12 @@
 #   1. builds, into $CONFORMANCE_DIR (kept between runs; a part that is there
 #      is not built again): e2e.test, ginkgo and kubectl of go.mod's
 #      Kubernetes version, and the images the specs run (test/conformance);
-#   2. under the host's e2e lock (/tmp/edgeplane-e2e.lock), runs
-#      TestConformance (test/e2e/conformance_test.go): a server and an agent,
-#      each in a network namespace with its own containerd, a read-only
-#      registry of the images as their mirror; the parallel specs, then the
-#      [Serial] ones; prints the table and writes it to
-#      $CONFORMANCE_DIR/runs/<datastore>-<time>/summary.md.
+#   2. runs TestConformance (test/e2e/conformance_test.go) once per phase,
+#      each under the host's e2e lock (/tmp/edgeplane-e2e.lock) on its own:
+#      a server and an agent, each in a network namespace with its own
+#      containerd, a read-only registry of the images as their mirror; the
+#      parallel specs, then the [Serial] ones; prints the table and writes
+#      it to $CONFORMANCE_DIR/runs/<datastore>-<time>/summary.md.
 #
 # CONFORMANCE_DATASTORE=sqlite (default) or etcd. CONFORMANCE_FOCUS=REGEXP
 # runs only the specs it matches; CONFORMANCE_PHASES=parallel or serial runs
@@ -59,13 +59,21 @@ go run ./test/conformance/cmd/conformance build -dir "$dir"
 # The e2e test binary, built before the lock is taken.
 go test -c -vet=off -o "$dir/edgeplane-e2e.test" ./test/e2e
 
-echo "conformance: waiting for /tmp/edgeplane-e2e.lock, then running on $datastore"
+# Each phase holds the lock on its own (a cluster of its own): other tests
+# that need the lock get it between the phases.
+run=$dir/runs/$datastore-$(date -u +%Y%m%dT%H%M%SZ)
+phases=${CONFORMANCE_PHASES:-parallel,serial}
 cd test/e2e # TestMain builds the edgeplane binary from ../../cmd/edgeplane
-begin=$(date +%s)
 status=0
-EDGEPLANE_CONFORMANCE_DIR=$dir EDGEPLANE_CONFORMANCE_DATASTORE=$datastore \
-	EDGEPLANE_CONFORMANCE_FOCUS=${CONFORMANCE_FOCUS:-} EDGEPLANE_CONFORMANCE_PHASES=${CONFORMANCE_PHASES:-} \
-	EDGEPLANE_CONFORMANCE_SHARED_NODE_IP=${CONFORMANCE_SHARED_NODE_IP:-} \
-	flock /tmp/edgeplane-e2e.lock "$dir/edgeplane-e2e.test" -test.run '^TestConformance$' -test.v -test.timeout 6h || status=$?
-echo "conformance: $datastore run took $(( ($(date +%s) - begin) / 60 )) min, exit $status"
+for phase in ${phases//,/ }; do
+	echo "conformance: waiting for /tmp/edgeplane-e2e.lock, then running the $phase phase on $datastore"
+	begin=$(date +%s)
+	EDGEPLANE_CONFORMANCE_DIR=$dir EDGEPLANE_CONFORMANCE_DATASTORE=$datastore \
+		EDGEPLANE_CONFORMANCE_FOCUS=${CONFORMANCE_FOCUS:-} EDGEPLANE_CONFORMANCE_PHASES=$phase \
+		EDGEPLANE_CONFORMANCE_RUN=$run \
+		flock /tmp/edgeplane-e2e.lock "$dir/edgeplane-e2e.test" -test.run '^TestConformance$' -test.v -test.timeout 6h || status=$?
+	echo "conformance: $datastore $phase phase took $(( ($(date +%s) - begin) / 60 )) min (lock held), exit $status"
+done
+cd ../..
+go run ./test/conformance/cmd/conformance table "$run" | tee "$run/summary.md"
 exit "$status"

@@ -45,10 +45,6 @@ type twoNodeOptions struct {
 	// registry configuration directory (testcontainerd.Options): a test's
 	// registry mirror listens there.
 	RegistryConfigDir func(t *testing.T, hostIP string) string
-	// ServerNodeOwnIP gives the server's node an address of its own
-	// (ServerNodeIP, 10.204.N.4, a second address in the server's
-	// namespace) instead of the API server's advertise address.
-	ServerNodeOwnIP bool
 	// Bin runs another edgeplane binary (an older version) for both
 	// nodes; empty: the one under test.
 	Bin string
@@ -73,10 +69,7 @@ type twoNodeCluster struct {
 	ServerNode, AgentNode string
 	ServerNS, AgentNS     string
 	ServerIP, AgentIP     string
-	// ServerNodeIP is the server's node's address: ServerIP unless
-	// ServerNodeOwnIP.
-	ServerNodeIP string
-	HostIP       string
+	HostIP                string
 
 	ServerCtrd, AgentCtrd *testcontainerd.Containerd
 
@@ -201,10 +194,6 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		ServerNS: fmt.Sprintf("ep-net-%d-%d-s", pid, n), AgentNS: fmt.Sprintf("ep-net-%d-%d-a", pid, n),
 		HostIP: fmt.Sprintf("10.204.%d.1", n), ServerIP: fmt.Sprintf("10.204.%d.2", n), AgentIP: fmt.Sprintf("10.204.%d.3", n),
 	}
-	c.ServerNodeIP = c.ServerIP
-	if opts.ServerNodeOwnIP {
-		c.ServerNodeIP = fmt.Sprintf("10.204.%d.4", n)
-	}
 	bridge := fmt.Sprintf("epb%d-%d", pid%100000, n)
 	ipCmd(t, "link", "add", bridge, "type", "bridge")
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", bridge).Run() })
@@ -229,9 +218,6 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		// an endpoint is routed again to it, the rest is dropped there.
 		ipCmd(t, "-n", side.ns, "route", "add", serviceCIDR, "dev", "lo")
 	}
-	if c.ServerNodeIP != c.ServerIP {
-		ipCmd(t, "-n", c.ServerNS, "addr", "add", c.ServerNodeIP+"/24", "dev", "eth0")
-	}
 
 	// Before containerd: the cgroup roots are removed after the pods are.
 	serverKubelet, agentKubelet := opts.kubeletArgs(t, c.ServerNS), opts.kubeletArgs(t, c.AgentNS)
@@ -249,7 +235,7 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		// components dial 127.0.0.1.
 		"--bind-address", "0.0.0.0", "--advertise-address", c.ServerIP, "--https-port", "6443",
 		"--container-runtime-endpoint", c.ServerCtrd.Endpoint, "--cni-conf-dir", c.ServerCtrd.CNIConfDir,
-		"--pause-image", testimage.DefaultPauseName, "--node-name", c.ServerNode, "--node-ip", c.ServerNodeIP,
+		"--pause-image", testimage.DefaultPauseName, "--node-name", c.ServerNode, "--node-ip", c.ServerIP,
 		"--coredns-image", testimage.DefaultCoreDNSName,
 	}, serverKubelet...) // ports, and a pod log dir of its own
 	// agentKubeletArgs (or a cgroup root of its own) for the server's

@@ -24,16 +24,9 @@ import (
 // EDGEPLANE_CONFORMANCE_DIR is the built cache (hack/conformance.sh builds
 // it); EDGEPLANE_CONFORMANCE_DATASTORE is sqlite (default) or etcd;
 // EDGEPLANE_CONFORMANCE_FOCUS narrows the run to the specs it matches;
-// EDGEPLANE_CONFORMANCE_PHASES is "parallel,serial" (default) or one of them.
-//
-// The server's node has an address of its own, not the API server's
-// advertise address: the node approver denies a serving certificate
-// whose SANs name the advertise address even to the server's own node
-// (csrapprover SANNamesAPIServer), and without one the API server cannot
-// reach that kubelet (exec, logs and port-forward of its pods fail with
-// "remote error: tls: internal error"). EDGEPLANE_CONFORMANCE_SHARED_NODE_IP=1
-// runs the server's node on the advertise address, as a one-address host
-// runs it.
+// EDGEPLANE_CONFORMANCE_PHASES is "parallel,serial" (default) or one of them;
+// EDGEPLANE_CONFORMANCE_RUN is the run's directory (default: a new one under
+// DIR/runs), which a run of one phase shares with the other phase's run.
 func TestConformance(t *testing.T) {
 	dir := os.Getenv("EDGEPLANE_CONFORMANCE_DIR")
 	if dir == "" {
@@ -63,9 +56,8 @@ func TestConformance(t *testing.T) {
 	}
 	begin := time.Now()
 	c := startTwoNodeCluster(t, twoNodeOptions{
-		ServerArgs:      []string{"--datastore", datastore},
-		PerQoSCgroups:   true,
-		ServerNodeOwnIP: os.Getenv("EDGEPLANE_CONFORMANCE_SHARED_NODE_IP") != "1",
+		ServerArgs:    []string{"--datastore", datastore},
+		PerQoSCgroups: true,
 		RegistryConfigDir: func(t *testing.T, hostIP string) string {
 			l, err := reg.Serve(hostIP + ":0")
 			if err != nil {
@@ -81,7 +73,10 @@ func TestConformance(t *testing.T) {
 	})
 	t.Logf("two-node cluster (%s) up in %s", datastore, time.Since(begin).Round(time.Second))
 
-	out := filepath.Join(dir, "runs", datastore+"-"+time.Now().UTC().Format("20060102T150405Z"))
+	out := os.Getenv("EDGEPLANE_CONFORMANCE_RUN")
+	if out == "" {
+		out = filepath.Join(dir, "runs", datastore+"-"+time.Now().UTC().Format("20060102T150405Z"))
+	}
 	suite := conformance.Suite{
 		Artifacts:  art,
 		Kubeconfig: c.Server.kubeconfig,
@@ -106,7 +101,7 @@ func TestConformance(t *testing.T) {
 	title := fmt.Sprintf("Kubernetes %s [Conformance], edgeplane on %s, two nodes (%s)", conformance.KubernetesVersion, datastore,
 		time.Now().UTC().Format("2006-01-02"))
 	table := conformance.Table(title, results)
-	if err := os.WriteFile(filepath.Join(out, "summary.md"), []byte(table), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(out, "summary-"+strings.Join(names(results), "-")+".md"), []byte(table), 0o644); err != nil {
 		t.Error(err)
 	}
 	t.Logf("results in %s:\n%s", out, table)
@@ -136,4 +131,13 @@ func conformancePhases(names string) ([]conformance.Phase, error) {
 		}
 	}
 	return out, nil
+}
+
+// names are the results' phase names.
+func names(results []conformance.Result) []string {
+	var out []string
+	for _, r := range results {
+		out = append(out, r.Phase)
+	}
+	return out
 }
