@@ -72,7 +72,7 @@ for phase in ${phases//,/ }; do
 		EDGEPLANE_CONFORMANCE_FOCUS=${CONFORMANCE_FOCUS:-} EDGEPLANE_CONFORMANCE_PHASES=$phase \
 		EDGEPLANE_CONFORMANCE_RUN=$run \
 		flock /tmp/edgeplane-e2e.lock "$dir/edgeplane-e2e.test" -test.run '^TestConformance$' -test.v -test.timeout 6h || status=$?
-	echo "conformance: $datastore $phase phase took $(( ($(date +%s) - begin) / 60 )) min (lock held), exit $status"
+	echo "conformance: $datastore $phase phase: $(( ($(date +%s) - begin) / 60 )) min, the wait for the lock included, exit $status"
 done
 cd ../..
 go run ./test/conformance/cmd/conformance table "$run" | tee "$run/summary.md"
