@@ -64,6 +64,7 @@ func (o CompletedOptions) nodeSettings() nodeconfig.Config {
 		ClusterCIDR: o.ClusterCIDR, FlannelBackend: o.Network.FlannelBackend, KubeProxyMode: o.Network.KubeProxyMode,
 		NodeLeaseDuration: nodeconfig.LeaseDuration(o.NodeHeartbeat),
 		AllowPrivileged:   o.AllowPrivileged,
+		LocalStoragePath:  o.localStoragePath(),
 	}
 }
 

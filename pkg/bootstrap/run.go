@@ -180,6 +180,7 @@ func (s *server) startAfterChain(ctx context.Context, o CompletedOptions, port i
 		func() error { return s.clearServiceEndpoint(ctx, o) },
 		waitJoin,
 		func() error { return etcdJoin.publish(ctx, s.pki) },
+		func() error { return s.startLocalStorage(ctx, o) }, // before nodes are told to serve it
 		func() error { return s.publishNodeConfig(ctx, o) },
 		func() error { return s.startAddons(ctx, o) }, // manifests (CoreDNS), servicelb
 		func() error { return s.grantNetworkPolicy(ctx, o) },
