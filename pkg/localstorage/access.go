@@ -35,22 +35,26 @@ func NodeRules() []rbacv1.PolicyRule {
 	}}
 }
 
-// nodeUpdateRule is the policy's one validation, in CEL: the volume is
-// one of this provisioner's, being deleted, and carries the node's own
-// NodeLabel; its spec, labels and annotations stay as they were; Finalizer
-// goes and every other finalizer stays.
-var nodeUpdateRule = fmt.Sprintf(`has(oldObject.metadata.deletionTimestamp) &&
-has(oldObject.metadata.labels) && '%[1]s' in oldObject.metadata.labels &&
-oldObject.metadata.labels['%[1]s'] == request.userInfo.username.substring(%[4]d) &&
+// nodeUpdateRules are the policy's validations, in CEL, each with what it
+// refuses: the volume is one of this provisioner's, of the node's own
+// (NodeLabel), being deleted; its spec, labels and annotations stay as they
+// were; Finalizer goes and every other finalizer stays.
+var nodeUpdateRules = []struct{ expression, message string }{
+	{fmt.Sprintf(`has(oldObject.metadata.labels) && '%[1]s' in oldObject.metadata.labels &&
+oldObject.metadata.labels['%[1]s'] == request.userInfo.username.substring(%[2]d) &&
 has(oldObject.metadata.annotations) && '%[3]s' in oldObject.metadata.annotations &&
-oldObject.metadata.annotations['%[3]s'] == '%[5]s' &&
-object.spec == oldObject.spec &&
-has(object.metadata.labels) && object.metadata.labels == oldObject.metadata.labels &&
-has(object.metadata.annotations) && object.metadata.annotations == oldObject.metadata.annotations &&
-!(has(object.metadata.finalizers) && '%[2]s' in object.metadata.finalizers) &&
+oldObject.metadata.annotations['%[3]s'] == '%[4]s'`, NodeLabel, len(nodeUserPrefix), annProvisionedBy, ProvisionerName),
+		"a node may update only local-path volumes on itself"},
+	{`has(oldObject.metadata.deletionTimestamp)`, "a node may update a local-path volume only once it is being deleted"},
+	{`object.spec == oldObject.spec`, "a node may not change a volume's spec"},
+	{`has(object.metadata.labels) && object.metadata.labels == oldObject.metadata.labels &&
+has(object.metadata.annotations) && object.metadata.annotations == oldObject.metadata.annotations`,
+		"a node may not change a volume's labels or annotations"},
+	{fmt.Sprintf(`!(has(object.metadata.finalizers) && '%[1]s' in object.metadata.finalizers) &&
 has(oldObject.metadata.finalizers) &&
-oldObject.metadata.finalizers.all(f, f == '%[2]s' || (has(object.metadata.finalizers) && f in object.metadata.finalizers))`,
-	NodeLabel, Finalizer, annProvisionedBy, len(nodeUserPrefix), ProvisionerName)
+oldObject.metadata.finalizers.all(f, f == '%[1]s' || (has(object.metadata.finalizers) && f in object.metadata.finalizers))`, Finalizer),
+		fmt.Sprintf("a node may only remove the finalizer %s", Finalizer)},
+}
 
 // EnsureAccess applies the admission policy first and the node role last,
 // so that the role never lets a node patch volumes without the policy's
@@ -58,6 +62,11 @@ oldObject.metadata.finalizers.all(f, f == '%[2]s' || (has(object.metadata.finali
 // Applying again is a no-op.
 func EnsureAccess(ctx context.Context, client kubernetes.Interface) error {
 	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
+	var validations []*admissionv1ac.ValidationApplyConfiguration
+	for _, r := range nodeUpdateRules {
+		validations = append(validations, admissionv1ac.Validation().WithExpression(r.expression).
+			WithReason(metav1.StatusReasonForbidden).WithMessage(r.message))
+	}
 	policy := admissionv1ac.ValidatingAdmissionPolicy(PolicyName).WithLabels(managedBy).WithSpec(
 		admissionv1ac.ValidatingAdmissionPolicySpec().
 			WithFailurePolicy(admissionv1.Fail).
@@ -67,10 +76,7 @@ func EnsureAccess(ctx context.Context, client kubernetes.Interface) error {
 					WithAPIGroups("").WithAPIVersions("v1").WithResources("persistentvolumes"))).
 			WithMatchConditions(admissionv1ac.MatchCondition().WithName("nodes").
 				WithExpression(fmt.Sprintf("request.userInfo.username.startsWith('%s')", nodeUserPrefix))).
-			WithValidations(admissionv1ac.Validation().
-				WithExpression(nodeUpdateRule).
-				WithReason(metav1.StatusReasonForbidden).
-				WithMessage(fmt.Sprintf("a node may only remove the finalizer %s from a local-path volume of its own that is being deleted", Finalizer))))
+			WithValidations(validations...))
 	if _, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Apply(ctx, policy, opts); err != nil {
 		return fmt.Errorf("ValidatingAdmissionPolicy %s: %w", PolicyName, err)
 	}
