@@ -397,3 +397,82 @@ func fillDisk(t *testing.T, dir string) {
 		}
 	}
 }
+
+// preLocalStorageCommit is main's last commit before local storage: its
+// clusters have no StorageClass, and a claim with no class stays Pending.
+const preLocalStorageCommit = "7627a3e"
+
+// TestLocalStorageUpgrade: a cluster made by the binary from before local
+// storage gets it at its next start with this binary, without its user's
+// objects being touched: the class appears, default; the user's own
+// StorageClass and ConfigMap keep their resourceVersion; the claim that was
+// Pending for want of a class (the volume controller gives it the new
+// default) is bound, on the agent, and its pod writes.
+func TestLocalStorageUpgrade(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds an older edgeplane, runs containerd, a server node and an agent")
+	}
+	var old string
+	parallelNode(t, buildClusterImages(t), func() { old = buildAt(t, preLocalStorageCommit) })
+	c := startTwoNodeCluster(t, twoNodeOptions{Bin: old})
+	s := c.Server
+	user := `apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: manual}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+data: {mode: edge}
+`
+	if out, err := s.kubectlStdin(user, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	applyClaimPod(t, c, "app", c.AgentNode, `{"runAsUser": 1000, "fsGroup": 2000}`)
+	ctx := context.Background()
+	pvc, err := s.client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "app-data", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pvc.Spec.StorageClassName != nil || pvc.Status.Phase != corev1.ClaimPending {
+		t.Fatalf("before the upgrade the claim has class %v and is %s: want none, Pending (a cluster from before local storage)", pvc.Spec.StorageClassName, pvc.Status.Phase)
+	}
+	if _, err := s.client.StorageV1().StorageClasses().Get(ctx, localPathClass, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the binary of %s has a %s class (%v): not a cluster from before local storage", preLocalStorageCommit, localPathClass, err)
+	}
+	sc, err := s.client.StorageV1().StorageClasses().Get(ctx, "manual", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := s.client.CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The upgrade: the server, then the agent, on this binary.
+	restartServer(t, c)
+	c.restartAgent(t)
+	waitNodeReady(t, c.Server, c.AgentNode)
+	s = c.Server
+
+	out, err := c.kubectl("get", "storageclass", localPathClass, "-o", `jsonpath={.metadata.annotations.storageclass\.kubernetes\.io/is-default-class}`)
+	if err != nil || out != "true" {
+		t.Fatalf("after the upgrade the class %s is default %q (%v), want true", localPathClass, out, err)
+	}
+	if got, err := s.client.StorageV1().StorageClasses().Get(ctx, "manual", metav1.GetOptions{}); err != nil || got.ResourceVersion != sc.ResourceVersion {
+		t.Errorf("the user's StorageClass was touched: %v", err)
+	}
+	if got, err := s.client.CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{}); err != nil || got.ResourceVersion != cm.ResourceVersion {
+		t.Errorf("the user's ConfigMap was touched: %v", err)
+	}
+	pv := claimVolume(t, c, "app-data")
+	if pv.Labels[localPathNodeLabel] != c.AgentNode {
+		t.Errorf("volume %s is on node %q, want %s", pv.Name, pv.Labels[localPathNodeLabel], c.AgentNode)
+	}
+	pod := runningPods(t, s, "app", 1)[0]
+	if out, err := c.podExec(pod.Name, "sh", "-c", "echo upgraded > /data/f && cat /data/f"); err != nil || strings.TrimSpace(out) != "upgraded" {
+		t.Fatalf("write after the upgrade: %v: %q", err, out)
+	}
+}
