@@ -95,11 +95,26 @@ func TestDisable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for what, get := range map[string]func() error{
-		"class":          func() error { _, err := admin.StorageV1().StorageClasses().Get(ctx, ClassName, metav1.GetOptions{}); return err },
-		"role binding":   func() error { _, err := admin.RbacV1().ClusterRoleBindings().Get(ctx, NodeRoleName, metav1.GetOptions{}); return err },
-		"role":           func() error { _, err := admin.RbacV1().ClusterRoles().Get(ctx, NodeRoleName, metav1.GetOptions{}); return err },
-		"policy":         func() error { _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, PolicyName, metav1.GetOptions{}); return err },
-		"policy binding": func() error { _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, PolicyName, metav1.GetOptions{}); return err },
+		"class": func() error {
+			_, err := admin.StorageV1().StorageClasses().Get(ctx, ClassName, metav1.GetOptions{})
+			return err
+		},
+		"role binding": func() error {
+			_, err := admin.RbacV1().ClusterRoleBindings().Get(ctx, NodeRoleName, metav1.GetOptions{})
+			return err
+		},
+		"role": func() error {
+			_, err := admin.RbacV1().ClusterRoles().Get(ctx, NodeRoleName, metav1.GetOptions{})
+			return err
+		},
+		"policy": func() error {
+			_, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, PolicyName, metav1.GetOptions{})
+			return err
+		},
+		"policy binding": func() error {
+			_, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, PolicyName, metav1.GetOptions{})
+			return err
+		},
 	} {
 		if err := get(); !apierrors.IsNotFound(err) {
 			t.Errorf("%s after --disable: %v, want not found", what, err)
