@@ -400,7 +400,7 @@ func fillDisk(t *testing.T, dir string) {
 
 // preLocalStorageCommit is main's last commit before local storage: its
 // clusters have no StorageClass, and a claim with no class stays Pending.
-const preLocalStorageCommit = "7627a3e"
+const preLocalStorageCommit = "9930670"
 
 // TestLocalStorageUpgrade: a cluster made by the binary from before local
 // storage gets it at its next start with this binary, without its user's
