@@ -348,14 +348,17 @@ func waitClaimEvent(t *testing.T, c *twoNodeCluster, claim, reason, want string)
 }
 
 // restartServer stops the cluster's server and starts it again with its
-// flags and extra.
+// flags and extra. The new server, and its kubeconfig, belong to the
+// cluster's test (as c.startAgent's agent), not to the subtest that
+// restarts it: the subtests after it use them.
 func restartServer(t *testing.T, c *twoNodeCluster, extra ...string) {
 	t.Helper()
 	c.Server.stop()
 	args := append(slices.Clone(c.serverArgs), extra...)
-	c.Server = startServerCmd(t, c.Server.dataDir, nsenterCmd(c.ServerNS, args...))
-	c.Server.useAddress(t, "https://"+c.ServerIP+":6443")
-	c.Server.mustKeepRunning(t)
+	s := waitReady(t, launchCmd(c.owner, c.Server.dataDir, nsenterCmd(c.ServerNS, args...)))
+	s.useAddress(c.owner, "https://"+c.ServerIP+":6443")
+	s.mustKeepRunning(c.owner)
+	c.Server = s
 	waitNodeReady(t, c.Server, c.ServerNode)
 }
 

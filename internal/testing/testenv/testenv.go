@@ -41,6 +41,9 @@ var ByDesign = map[string]string{
 	// and the NetworkPolicy tests run the same paths in make test).
 	"net-figures": "measures the cluster network figures of docs/NETWORKING.md: two two-node clusters and two idle minutes; " +
 		"runs with EDGEPLANE_NET_FIGURES=1 (make bench-network)",
+	// Figures of docs/ADDONS.md, not a check of behaviour (TestLocalStorage).
+	"local-storage-figures": "measures the idle RSS of a server node with local storage on and off (docs/ADDONS.md): " +
+		"servers idle for minutes each; runs with EDGEPLANE_LOCALSTORAGE_FIGURES=<pairs>",
 }
 
 // CI reports whether the tests run in CI, where a missing precondition is a
