@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -111,7 +112,7 @@ func (n *Node) run(ctx context.Context) {
 		Node:    n,
 		client:  client,
 		volumes: corelisters.NewPersistentVolumeLister(inf.GetIndexer()),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(nodeRetries(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: ComponentName}),
 	}
 	n.mu.Lock()
@@ -144,6 +145,18 @@ func (n *Node) run(ctx context.Context) {
 	for w.processNext(ctx) {
 	}
 }
+
+// nodeRetries spaces a volume's retries: from 100 ms, doubling up to
+// retryMax, so that a disk or path an operator fixes (a remount, a full
+// disk cleared) is picked up within retryMax, where upstream's default
+// controller limiter would have grown to 16 minutes. A failure is an
+// event on the claim each time: at most one every retryMax.
+func nodeRetries() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, retryMax)
+}
+
+// retryMax is the longest wait between a failing volume's retries.
+const retryMax = 30 * time.Second
 
 func (w *nodeWorker) processNext(ctx context.Context) bool {
 	name, quit := w.queue.Get()

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -120,6 +121,32 @@ func TestSpaceShortage(t *testing.T) {
 		got := spaceShortage("/d", tt.free, resource.MustParse(tt.request))
 		if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
 			t.Errorf("spaceShortage(%d, %s) = %q, want %q", tt.free, tt.request, got, tt.want)
+		}
+	}
+}
+
+// TestNodeRetries: a volume that has failed for a long time (a disk left
+// read-only or full for hours) is retried within retryMax of the path
+// being fixed, and a failing volume is not retried (an event each time)
+// more than a few times a second.
+func TestNodeRetries(t *testing.T) {
+	tests := []struct {
+		failures int
+		min, max time.Duration
+	}{
+		{failures: 1, min: 100 * time.Millisecond, max: 100 * time.Millisecond},
+		{failures: 5, min: 1600 * time.Millisecond, max: 1600 * time.Millisecond},
+		{failures: 20, min: retryMax, max: retryMax},
+		{failures: 1000, min: retryMax, max: retryMax},
+	}
+	for _, tt := range tests {
+		r := nodeRetries()
+		var last time.Duration
+		for range tt.failures {
+			last = r.When("pvc-1")
+		}
+		if last < tt.min || last > tt.max {
+			t.Errorf("after %d failures the next retry is in %v, want %v to %v", tt.failures, last, tt.min, tt.max)
 		}
 	}
 }
