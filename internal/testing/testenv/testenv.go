@@ -43,7 +43,7 @@ var ByDesign = map[string]string{
 		"runs with EDGEPLANE_NET_FIGURES=1 (make bench-network)",
 	// Figures of docs/ADDONS.md, not a check of behaviour (TestLocalStorage).
 	"local-storage-figures": "measures the idle RSS of a server node with local storage on and off (docs/ADDONS.md): " +
-		"servers idle for minutes each; runs with EDGEPLANE_LOCALSTORAGE_FIGURES=<pairs>",
+		"four servers idle for minutes each; runs with EDGEPLANE_LOCALSTORAGE_FIGURES=node (under the e2e lock) or =control-plane",
 }
 
 // CI reports whether the tests run in CI, where a missing precondition is a
