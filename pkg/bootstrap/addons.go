@@ -4,6 +4,8 @@ import (
 	"context"
 	"path/filepath"
 
+	"github.com/edgeplane/edgeplane/internal/component"
+	"github.com/edgeplane/edgeplane/pkg/helmcontroller"
 	"github.com/edgeplane/edgeplane/pkg/manifests"
 	"github.com/edgeplane/edgeplane/pkg/servicelb"
 )
@@ -14,6 +16,8 @@ const (
 	componentCoreDNS = manifests.CoreDNS
 	// componentServiceLB is the in-process LoadBalancer controller.
 	componentServiceLB = "servicelb"
+	// componentHelmController is the in-process HelmChart controller.
+	componentHelmController = helmcontroller.ComponentName
 )
 
 // manifestsDirName is the manifests directory under the data dir.
@@ -21,9 +25,9 @@ const manifestsDirName = "manifests"
 
 // startAddons starts what the cluster gets besides the control plane: the
 // manifests directory (packaged CoreDNS and the user's manifests, kept
-// applied) and the service load balancer. --disable=coredns removes the
-// packaged file and its objects; the directory itself always runs, for the
-// user's manifests.
+// applied), the service load balancer and the helm-controller. --disable=coredns
+// removes the packaged file and its objects; the directory itself always
+// runs, for the user's manifests.
 func (s *server) startAddons(ctx context.Context, o CompletedOptions) error {
 	packaged, err := manifests.Packaged(manifests.Values{
 		ClusterDNS:    o.ClusterDNS,
@@ -48,13 +52,28 @@ func (s *server) startAddons(ctx context.Context, o CompletedOptions) error {
 	if err != nil {
 		return err
 	}
-	if o.Disabled[componentServiceLB] {
-		return s.mgr.Start(ctx, mc, stopTimeout)
+	parts := []component.Component{mc}
+	if !o.Disabled[componentServiceLB] {
+		lb, err := servicelb.New(servicelb.Options{Kubeconfig: s.pki.AdminKubeconfig})
+		if err != nil {
+			return err
+		}
+		parts = append(parts, lb)
 	}
-	lb, err := servicelb.New(servicelb.Options{Kubeconfig: s.pki.AdminKubeconfig})
+	if o.Disabled[componentHelmController] {
+		return s.mgr.StartTogether(ctx, stopTimeout, parts...)
+	}
+	hc, err := helmcontroller.New(helmcontroller.Options{Kubeconfig: s.pki.AdminKubeconfig})
 	if err != nil {
 		return err
 	}
-	// Neither needs the other.
-	return s.mgr.StartTogether(ctx, stopTimeout, mc, lb)
+	// None needs the others to start; the helm-controller is ready once its
+	// CRDs are served, and the manifests directory checks again then, so
+	// that a HelmChart file of a new cluster is applied now, not at the
+	// next periodic check.
+	if err := s.mgr.StartTogether(ctx, stopTimeout, append(parts, hc)...); err != nil {
+		return err
+	}
+	mc.Trigger()
+	return nil
 }

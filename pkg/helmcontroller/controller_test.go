@@ -17,9 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 
 	"github.com/edgeplane/edgeplane/internal/testing/testapiserver"
 	"github.com/edgeplane/edgeplane/internal/testing/testchart"
@@ -363,7 +365,15 @@ entries:
 	t.Run("a namespace admin may not create HelmCharts", func(t *testing.T) {
 		// A chart creates any object, as cluster-admin: only those who are
 		// may create one. The admin ClusterRole of a namespace grants no
-		// HelmChart (it aggregates no helm.cattle.io rule).
+		// HelmChart (it aggregates no helm.cattle.io rule). The
+		// controller-manager's aggregation fills the admin role, as in a
+		// cluster.
+		factory := informers.NewSharedInformerFactory(e.client, 0)
+		agg := clusterroleaggregation.NewClusterRoleAggregation(factory.Rbac().V1().ClusterRoles(), e.client.RbacV1())
+		aggCtx, stopAgg := context.WithCancel(ctx)
+		factory.Start(aggCtx.Done())
+		defer func() { stopAgg(); factory.Shutdown() }()
+		go agg.Run(aggCtx, 1)
 		if _, err := e.client.RbacV1().RoleBindings("apps").Create(ctx, &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "alice-admin"},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "admin"},
@@ -385,14 +395,20 @@ entries:
 			if tc.resource == "configmaps" {
 				group = ""
 			}
-			review, err := e.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-				User: "alice", ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "apps", Verb: tc.verb, Group: group, Resource: tc.resource},
-			}}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if review.Status.Allowed != tc.allowed {
-				t.Errorf("namespace admin %s %s: allowed %v, want %v", tc.verb, tc.resource, review.Status.Allowed, tc.allowed)
+			var allowed bool
+			// The aggregation is asynchronous: poll the allowed case.
+			_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				review, err := e.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+					User: "alice", ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "apps", Verb: tc.verb, Group: group, Resource: tc.resource},
+				}}, metav1.CreateOptions{})
+				if err != nil {
+					return false, err
+				}
+				allowed = review.Status.Allowed
+				return allowed || !tc.allowed, nil
+			})
+			if allowed != tc.allowed {
+				t.Errorf("namespace admin %s %s: allowed %v, want %v", tc.verb, tc.resource, allowed, tc.allowed)
 			}
 		}
 	})

@@ -17,7 +17,7 @@ func TestMergeValues(t *testing.T) {
 		wantErr string
 	}{
 		{name: "none", want: `{}`},
-		{name: "later file wins, maps merge", files: []string{"a: 1\nm: {x: 1, y: 1}\n", "a: 2\nm: {y: 2}\n"}, want: `{"a":2,"m":{"x":1,"y":2}}`},
+		{name: "later file wins, maps merge", files: []string{"a: 1\nm: {p: 1, q: 1}\n", "a: 2\nm: {q: 2}\n"}, want: `{"a":2,"m":{"p":1,"q":2}}`},
 		{name: "a map replaces a scalar", files: []string{"m: 1\n", "m: {x: 1}\n"}, want: `{"m":{"x":1}}`},
 		{name: "a list replaces a list", files: []string{"l: [1, 2]\n", "l: [3]\n"}, want: `{"l":[3]}`},
 		{name: "set over files", files: []string{"a: {b: file}\n"}, set: map[string]intstr.IntOrString{"a.b": intstr.FromString("set")}, want: `{"a":{"b":"set"}}`},
