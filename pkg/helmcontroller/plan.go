@@ -23,13 +23,13 @@ type plan struct {
 	Namespace string `json:"namespace"`
 	// Source says where the chart comes from; chartContent is in by hash.
 	Chart, Repo, Version, ContentSHA256 string
-	Values                             map[string]any `json:"values"`
-	CreateNamespace, TakeOwnership     bool
-	ServerSide                         string
-	ForceConflicts                     bool
-	FailurePolicy                      FailurePolicy
-	Timeout                            time.Duration
-	Driver                             string
+	Values                              map[string]any `json:"values"`
+	CreateNamespace, TakeOwnership      bool
+	ServerSide                          string
+	ForceConflicts                      bool
+	FailurePolicy                       FailurePolicy
+	Timeout                             time.Duration
+	Driver                              string
 }
 
 // hash is the release label's value: hex SHA-256 of the plan, cut to the
