@@ -45,7 +45,7 @@ func TestHelmChartManifests(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary")
 	}
-	parallel(t, 90*time.Second)
+	parallel(t, 65*time.Second)
 	dataDir := t.TempDir()
 	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	charts := schema.GroupVersionResource{Group: "helm.cattle.io", Version: "v1", Resource: "helmcharts"}
