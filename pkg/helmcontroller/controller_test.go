@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"helm.sh/helm/v4/pkg/release/common"
+	release "helm.sh/helm/v4/pkg/release/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 
@@ -301,6 +304,43 @@ func TestController(t *testing.T) {
 		e.apply(t, ctx, helmChart("apps", "broken", map[string]any{"chartContent": testchart.Base64(t, "testchart", "0.1.0", testchart.ConfigMapTemplate)}))
 		e.waitConfigMap(t, ctx, "apps", "broken-cm", "greeting", "hello")
 		e.waitCondition(t, ctx, "apps", "broken", ConditionFailed, corev1.ConditionFalse, "")
+	})
+
+	t.Run("a release left pending by a stopped server is upgraded again", func(t *testing.T) {
+		// A server stopped (a power cut) during an upgrade leaves the
+		// newest release record pending-upgrade; helm refuses to upgrade
+		// it ("another operation is in progress") until it is marked failed.
+		content := testchart.Base64(t, "testchart", "0.1.0", testchart.ConfigMapTemplate)
+		spec := map[string]any{"chartContent": content, "failurePolicy": "retry", "valuesContent": "greeting: before\n"}
+		e.apply(t, ctx, helmChart("apps", "pending", spec))
+		e.waitConfigMap(t, ctx, "apps", "pending-cm", "greeting", "before")
+		e.waitCondition(t, ctx, "apps", "pending", ConditionDeployed, corev1.ConditionTrue, "revision 1")
+
+		op := &operation{getter: e.c.getter, plan: &plan{Release: "pending", Namespace: "apps", Driver: "secret"}, logger: klog.FromContext(ctx)}
+		cfg, err := op.config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := cfg.Releases.Get("pending", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		interrupted := *r.(*release.Release)
+		interrupted.Version = 2
+		interrupted.Info = &release.Info{Status: common.StatusPendingUpgrade}
+		if err := cfg.Releases.Create(&interrupted); err != nil {
+			t.Fatal(err)
+		}
+
+		spec["valuesContent"] = "greeting: after\n"
+		e.apply(t, ctx, helmChart("apps", "pending", spec))
+		// The controller may take the pending record up before the change
+		// (at the sync its own status write causes): revision 3 or 4.
+		e.waitConfigMap(t, ctx, "apps", "pending-cm", "greeting", "after")
+		e.waitCondition(t, ctx, "apps", "pending", ConditionFailed, corev1.ConditionFalse, "")
+		if got := e.releaseRecords(t, ctx, "apps", "pending"); !strings.HasSuffix(got["sh.helm.release.v1.pending.v2"], " failed") {
+			t.Errorf("the interrupted revision 2 is %q, want failed", got["sh.helm.release.v1.pending.v2"])
+		}
 	})
 
 	t.Run("bad values name their source", func(t *testing.T) {
