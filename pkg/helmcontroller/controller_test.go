@@ -343,6 +343,18 @@ func TestController(t *testing.T) {
 		}
 	})
 
+	t.Run("failurePolicy abort leaves a failed release alone and says so", func(t *testing.T) {
+		// The API server refuses the object (an invalid name): the install
+		// leaves a failed release record.
+		content := testchart.Base64(t, "testchart", "0.1.0", strings.Replace(testchart.ConfigMapTemplate, "{{ .Release.Name }}-cm", "{{ .Values.name }}", 1))
+		e.apply(t, ctx, helmChart("apps", "abort", map[string]any{"chartContent": content, "failurePolicy": "abort", "valuesContent": "name: Not_A_Name\n"}))
+		cond := e.waitCondition(t, ctx, "apps", "abort", ConditionFailed, corev1.ConditionTrue, "failurePolicy is abort")
+		if cond.Reason != reasonAborted || !strings.Contains(cond.Message, "release abort in apps is failed") {
+			t.Errorf("Failed condition %+v: want reason %s naming the release", cond, reasonAborted)
+		}
+		e.waitEvent(t, ctx, "apps", "abort", reasonAborted, "fix it with helm")
+	})
+
 	t.Run("bad values name their source", func(t *testing.T) {
 		content := testchart.Base64(t, "testchart", "0.1.0", testchart.ConfigMapTemplate)
 		e.apply(t, ctx, helmChart("apps", "badvalues", map[string]any{"chartContent": content, "valuesContent": "- a list\n- not a map\n"}))
