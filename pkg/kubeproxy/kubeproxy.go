@@ -185,9 +185,15 @@ func (p *Proxy) waitSynced(ctx context.Context) {
 // log-stats collector asks the stats provider for every pod and logs an
 // error while cAdvisor has no data yet (a node's first seconds).
 func lastSync() float64 {
+	gauge := proxymetrics.SyncProxyRulesLastTimestamp
+	// Registered (by the proxy's start) or nothing to read: until then
+	// it is a placeholder that cannot be collected.
+	if !gauge.IsCreated() {
+		return 0
+	}
 	ch := make(chan prometheus.Metric, 2)
 	go func() {
-		proxymetrics.SyncProxyRulesLastTimestamp.Collect(ch)
+		gauge.Collect(ch)
 		close(ch)
 	}()
 	var last float64
