@@ -198,11 +198,15 @@ func (l *leaseTimer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// renewalOutcome classifies one Lease PUT.
+// renewalOutcome classifies one Lease PUT. An http.Client's Timeout both
+// cancels the request and puts a deadline on its context, and the cancel
+// can end the round trip a moment before the context reports it: a
+// request that failed at or past its deadline timed out.
 func renewalOutcome(r *http.Request, resp *http.Response, err error) outcome {
 	var ne net.Error
+	deadline, hasDeadline := r.Context().Deadline()
 	switch {
-	case err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(r.Context().Err(), context.DeadlineExceeded) ||
+	case err != nil && (errors.Is(err, context.DeadlineExceeded) || (hasDeadline && !time.Now().Before(deadline)) ||
 		(errors.As(err, &ne) && ne.Timeout())):
 		return renewTimedOut
 	case err != nil:
