@@ -4,6 +4,9 @@ import (
 	"context"
 	"path/filepath"
 
+	"k8s.io/klog/v2"
+
+	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/pkg/helmcontroller"
 	"github.com/edgeplane/edgeplane/pkg/manifests"
@@ -60,20 +63,29 @@ func (s *server) startAddons(ctx context.Context, o CompletedOptions) error {
 		}
 		parts = append(parts, lb)
 	}
+	if err := s.mgr.StartTogether(ctx, stopTimeout, parts...); err != nil {
+		return err
+	}
 	if o.Disabled[componentHelmController] {
-		return s.mgr.StartTogether(ctx, stopTimeout, parts...)
+		return nil
 	}
 	hc, err := helmcontroller.New(helmcontroller.Options{Kubeconfig: s.pki.AdminKubeconfig})
 	if err != nil {
 		return err
 	}
-	// None needs the others to start; the helm-controller is ready once its
-	// CRDs are served, and the manifests directory checks again then, so
-	// that a HelmChart file of a new cluster is applied now, not at the
-	// next periodic check.
-	if err := s.mgr.StartTogether(ctx, stopTimeout, append(parts, hc)...); err != nil {
+	if err := s.mgr.StartBackground(ctx, hc); err != nil {
 		return err
 	}
-	mc.Trigger()
-	return nil
+	// Start-up does not wait for the CRDs to be served (0.3-2 s on the
+	// first start of a cluster). Once they are, the manifests directory is
+	// checked again, so that a HelmChart file is applied then, not at the
+	// next periodic check.
+	logger := klog.FromContext(ctx)
+	return s.mgr.StartBackground(ctx, background.NewTask("helm-controller-ready", func(taskCtx context.Context) {
+		if err := hc.Ready(taskCtx); err == nil {
+			mc.Trigger()
+		} else if taskCtx.Err() == nil {
+			logger.Error(err, "The helm-controller did not start: HelmCharts are not installed")
+		}
+	}))
 }

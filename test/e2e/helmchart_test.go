@@ -87,7 +87,9 @@ func TestHelmChartManifests(t *testing.T) {
 		}
 	}
 	began := time.Now()
-	eventually(t, time.Minute, "the chart of greeter.yaml installed", greeting("hello"))
+	// Within the 30 s between checks of the directory: it is checked again
+	// once the HelmChart CRD is served.
+	eventually(t, 20*time.Second, "the chart of greeter.yaml installed", greeting("hello"))
 	t.Logf("installed %.1f s after the server was ready", time.Since(began).Seconds())
 	got, err := dyn.Resource(cmGVR).Namespace("kube-system").Get(ctx, "users-own", metav1.GetOptions{})
 	if err != nil {
