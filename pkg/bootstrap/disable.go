@@ -24,6 +24,7 @@ var disableParts = []struct {
 	{node.PartNetworkPolicy, true, true},
 	{componentCoreDNS, true, false},
 	{componentServiceLB, true, false},
+	{componentHelmController, true, false},
 	{node.PartLocalStorage, true, false},
 }
 
