@@ -48,7 +48,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-
 )
 
 // ComponentName is the component's name and its --disable name.
