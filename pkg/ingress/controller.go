@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -90,6 +91,9 @@ type Controller struct {
 
 	reportedMu sync.Mutex
 	reported   map[string]string // problems reported, by Ingress
+
+	// syncs counts completed syncs (tests wait on it).
+	syncs atomic.Int64
 }
 
 // New validates o.
@@ -255,6 +259,7 @@ func (c *Controller) work(ctx context.Context) {
 			logger.Error(err, "Ingress: updating the status: retrying")
 			retry = time.After(retryAfter)
 		}
+		c.syncs.Add(1)
 		if first {
 			close(c.built)
 			first = false

@@ -27,7 +27,7 @@ const (
 const fieldManager = "edgeplane-ingress"
 
 // managedBy is the EndpointSlices' endpointslice.kubernetes.io/managed-by.
-const managedBy = ControllerName
+const managedBy = "ingress.edgeplane.io"
 
 // sliceName is the node's EndpointSlice of one family.
 func sliceName(node string, v6 bool) string {
