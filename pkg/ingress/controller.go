@@ -92,8 +92,9 @@ type Controller struct {
 	reportedMu sync.Mutex
 	reported   map[string]string // problems reported, by Ingress
 
-	// syncs counts completed syncs (tests wait on it).
-	syncs atomic.Int64
+	// syncs counts completed syncs, writes the write requests sent (tests
+	// wait on and check them).
+	syncs, writes atomic.Int64
 }
 
 // New validates o.

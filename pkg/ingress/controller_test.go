@@ -254,7 +254,7 @@ func TestController(t *testing.T) {
 	})
 
 	t.Run("idle syncs write nothing", func(t *testing.T) {
-		before := resourceVersions(t, cs)
+		before, writes := resourceVersions(t, cs), c.writes.Load()
 		for range 5 {
 			n := c.syncs.Load()
 			c.trigger()
@@ -262,6 +262,9 @@ func TestController(t *testing.T) {
 		}
 		if after := resourceVersions(t, cs); after != before {
 			t.Errorf("idle syncs wrote: before %s, after %s", before, after)
+		}
+		if n := c.writes.Load() - writes; n != 0 {
+			t.Errorf("idle syncs sent %d write requests", n)
 		}
 	})
 

@@ -68,6 +68,7 @@ func (c *Controller) publishEndpoints(ctx context.Context, svc *corev1.Service, 
 		}
 		if len(addrs) == 0 {
 			if cur != nil {
+				c.writes.Add(1)
 				errs = append(errs, ignoreNotFound(c.client.DiscoveryV1().EndpointSlices(ServiceNamespace).Delete(ctx, name, metav1.DeleteOptions{})))
 			}
 			continue
@@ -75,10 +76,12 @@ func (c *Controller) publishEndpoints(ctx context.Context, svc *corev1.Service, 
 		want := wantSlice(svc, name, v6, c.o.NodeName, addrs, ready, httpPort, httpsPort)
 		switch {
 		case cur == nil:
+			c.writes.Add(1)
 			_, err = c.client.DiscoveryV1().EndpointSlices(ServiceNamespace).Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager})
 		case !sameSlice(cur, want):
 			upd := cur.DeepCopy()
-			upd.ManagedFields = nil // the cache holds only their managers: leave them as they are
+			upd.ManagedFields = nil
+			c.writes.Add(1) // the cache holds only their managers: leave them as they are
 			upd.Labels, upd.OwnerReferences, upd.AddressType, upd.Endpoints, upd.Ports = want.Labels, want.OwnerReferences, want.AddressType, want.Endpoints, want.Ports
 			_, err = c.client.DiscoveryV1().EndpointSlices(ServiceNamespace).Update(ctx, upd, metav1.UpdateOptions{FieldManager: fieldManager})
 		}

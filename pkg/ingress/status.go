@@ -43,6 +43,7 @@ func (c *Controller) writeStatus(ctx context.Context, o Objects, ours []*network
 }
 
 func (c *Controller) patchStatus(ctx context.Context, ing *networkingv1.Ingress, lb []networkingv1.IngressLoadBalancerIngress) error {
+	c.writes.Add(1)
 	err := patchLB(ctx, c.client.NetworkingV1().Ingresses(ing.Namespace), ing.Name, lb)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -136,6 +137,7 @@ func (c *Controller) reportProblems(ctx context.Context, problems map[string][]s
 			FirstTimestamp: now, LastTimestamp: now, Count: 1,
 			ReportingController: ControllerName, ReportingInstance: c.o.NodeName,
 		}
+		c.writes.Add(1)
 		if _, err := c.client.CoreV1().Events(ing.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 			logger.V(1).Info("Ingress: recording an Event", "ingress", key, "err", err.Error())
 		}
