@@ -216,10 +216,12 @@ func (c *Controller) Stop(ctx context.Context) error {
 	if done == nil {
 		return nil
 	}
-	var errs []error
-	for _, l := range listeners {
-		errs = append(errs, l.shutdown(ctx))
+	errs := make([]error, len(listeners))
+	var wg sync.WaitGroup
+	for i, l := range listeners {
+		wg.Go(func() { errs[i] = l.shutdown(ctx) })
 	}
+	wg.Wait()
 	cancel()
 	select {
 	case <-done:
@@ -283,6 +285,7 @@ func (c *Controller) sync(ctx context.Context) error {
 		return err
 	}
 	table, ours, problems := Build(o)
+	c.certs.prune()
 	c.proxy.SetTable(table)
 	c.reportProblems(ctx, problems, ours)
 	httpAddr, httpsAddr := c.Addresses()
@@ -344,6 +347,7 @@ type certCache struct {
 }
 
 type certEntry struct {
+	used    bool
 	version string
 	cert    *tls.Certificate
 	err     error
@@ -356,10 +360,26 @@ func (cc *certCache) get(s *corev1.Secret) (*tls.Certificate, error) {
 		cc.m = map[string]certEntry{}
 	}
 	key := string(s.UID)
-	if e, ok := cc.m[key]; ok && e.version == s.ResourceVersion {
-		return e.cert, e.err
+	e, ok := cc.m[key]
+	if !ok || e.version != s.ResourceVersion {
+		e.cert, e.err = ParseCert(s.Data)
+		e.version = s.ResourceVersion
 	}
-	cert, err := ParseCert(s.Data)
-	cc.m[key] = certEntry{version: s.ResourceVersion, cert: cert, err: err}
-	return cert, err
+	e.used = true
+	cc.m[key] = e
+	return e.cert, e.err
+}
+
+// prune forgets the certificates no build used since the last prune.
+func (cc *certCache) prune() {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	for k, e := range cc.m {
+		if !e.used {
+			delete(cc.m, k)
+			continue
+		}
+		e.used = false
+		cc.m[k] = e
+	}
 }

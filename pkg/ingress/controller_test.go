@@ -432,3 +432,46 @@ func TestRBAC(t *testing.T) {
 		})
 	}
 }
+
+// TestPortInUse: a port another program holds (a web server on the host)
+// does not stop the controller; it takes the port once it is free.
+func TestPortInUse(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	srv := testapiserver.Start(t, ctx)
+	if err := EnsureRBAC(ctx, srv.Client(t)); err != nil {
+		t.Fatal(err)
+	}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	c, err := New(Options{Kubeconfig: srv.Kubeconfig, NodeName: "n1", NodeIPs: []net.IP{net.ParseIP("192.0.2.1")},
+		HTTPAddress: held.Addr().String(), HTTPSAddress: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Stop(stopCtx); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := c.Ready(ctx); err != nil {
+		t.Fatalf("Ready with a port held by another program: %v", err)
+	}
+	if h, _ := c.Addresses(); h != nil {
+		t.Fatalf("bound %s, which another listener holds", h)
+	}
+	_ = held.Close()
+	eventually(t, "the port taken once free", func() (bool, error) {
+		h, _ := c.Addresses()
+		return h != nil && h.String() == held.Addr().String(), fmt.Errorf("bound %v", h)
+	})
+}

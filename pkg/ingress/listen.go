@@ -110,12 +110,19 @@ func (l *listener) serve(ctx context.Context, logger klog.Logger, ln net.Listene
 	}
 }
 
-// shutdown lets the requests in flight end (bounded by ctx), then closes.
+// drainTimeout bounds how long a stop waits for requests in flight (a
+// long poll or a download would otherwise hold the server's stop).
+const drainTimeout = 5 * time.Second
+
+// shutdown stops accepting, lets the requests in flight end for up to
+// drainTimeout (or ctx), then closes every connection.
 func (l *listener) shutdown(ctx context.Context) error {
-	if err := l.srv.Shutdown(ctx); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, drainTimeout)
+	defer cancel()
+	if err := l.srv.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("ingress %s listener: %w", l.name, err)
 	}
-	return nil
+	return l.srv.Close()
 }
 
 // Addr is where the listener is bound; nil before.
