@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -474,4 +476,74 @@ func TestPortInUse(t *testing.T) {
 		h, _ := c.Addresses()
 		return h != nil && h.String() == held.Addr().String(), fmt.Errorf("bound %v", h)
 	})
+}
+
+// TestCertCachePrune: the parsed certificate of a Secret no build uses any
+// more (its Ingress or the Secret deleted) is forgotten at the next prune.
+func TestCertCachePrune(t *testing.T) {
+	crt, key := selfSignedPEM(t, "a.example")
+	secret := func(uid string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), ResourceVersion: "1"},
+			Data: map[string][]byte{"tls.crt": crt, "tls.key": key}}
+	}
+	var cc certCache
+	for _, uid := range []string{"a", "b"} {
+		if _, err := cc.get(secret(uid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cc.prune() // both used by this build
+	if _, err := cc.get(secret("a")); err != nil {
+		t.Fatal(err)
+	}
+	cc.prune() // "b" unused since the last prune
+	if _, ok := cc.m["b"]; ok || len(cc.m) != 1 {
+		t.Fatalf("after a build without Secret b the cache holds %d entries (b: %v), want only a", len(cc.m), ok)
+	}
+}
+
+// TestStopDrain: a request in flight (a long poll) holds a stop for the
+// drain time at most, then its connection is closed.
+func TestStopDrain(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	defer close(release)
+	p, err := NewProxy(klog.FromContext(ctx), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newListener("http", "127.0.0.1:0", p, klog.FromContext(ctx), func(int32) {})
+	var once sync.Once
+	l.srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(entered) })
+		<-release
+	})
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan struct{})
+	go func() { defer close(served); l.run(runCtx) }()
+	eventually(t, "the listener bound", func() (bool, error) { return l.Addr() != nil, nil })
+	reqErr := make(chan error, 1)
+	go func() {
+		resp, err := http.Get("http://" + l.Addr().String() + "/")
+		if err == nil {
+			resp.Body.Close()
+		}
+		reqErr <- err
+	}()
+	<-entered
+	stopCtx, stopCancel := context.WithTimeout(ctx, time.Minute)
+	defer stopCancel()
+	began := time.Now()
+	if err := l.shutdown(stopCtx); err != nil {
+		t.Fatalf("shutdown with a request in flight: %v", err)
+	}
+	if d := time.Since(began); d > drainTimeout+5*time.Second {
+		t.Fatalf("shutdown took %v with a request in flight, want about %v", d, drainTimeout)
+	}
+	if err := <-reqErr; err == nil {
+		t.Fatal("the request in flight got an answer; want its connection closed")
+	}
+	<-served
 }

@@ -31,7 +31,7 @@ import (
 
 // preIngressCommit is main's last commit before the Ingress controller: its
 // binary makes clusters with no IngressClass.
-const preIngressCommit = "7627a3e"
+const preIngressCommit = "9930670"
 
 // userIngress is the user's Ingress, made before the upgrade: no class
 // (there was none), two hosts to two Services.
