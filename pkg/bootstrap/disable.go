@@ -26,6 +26,7 @@ var disableParts = []struct {
 	{componentServiceLB, true, false},
 	{componentHelmController, true, false},
 	{node.PartLocalStorage, true, false},
+	{componentIngress, true, false},
 }
 
 // disableable lists the --disable names of the server (agent false) or of

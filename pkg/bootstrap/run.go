@@ -67,6 +67,9 @@ type server struct {
 	// kubeconfig is the --write-kubeconfig copy, nil without one.
 	kubeconfig *kubeconfigCopy
 	started    time.Time
+	// nodeIPs are the server's own node's addresses; nil when it is not a
+	// node.
+	nodeIPs []net.IP
 }
 
 // start runs every start-up phase. One deferred cleanup undoes a failed
@@ -186,6 +189,7 @@ func (s *server) startAfterChain(ctx context.Context, o CompletedOptions, port i
 		func() error { return s.startAddons(ctx, o) }, // manifests (CoreDNS), servicelb
 		func() error { return s.grantNetworkPolicy(ctx, o) },
 		func() error { return s.startNode(ctx, o, port) },
+		func() error { return s.startIngress(ctx, o) },
 		s.kubeconfig.write,
 	} {
 		if err := step(); err != nil {
