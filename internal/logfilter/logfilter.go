@@ -200,6 +200,13 @@ func Keep(entry []byte, caller string) bool {
 			return false
 		}
 	}
+	if stopping.Load() {
+		for _, n := range stoppingNoise {
+			if n.matches(entry) {
+				return false
+			}
+		}
+	}
 	return true
 }
 

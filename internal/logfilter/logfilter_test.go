@@ -143,3 +143,19 @@ func setFlag(t *testing.T, fs *goflag.FlagSet, name, value string) {
 type nilWriter struct{}
 
 func (nilWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestStoppingNoise: the kubelet's Lease loop's errors are shown while the
+// process runs (a real failure to renew) and hidden once it stops (the API
+// server stops with it).
+func TestStoppingNoise(t *testing.T) {
+	entry := []byte(`E1206 05:06:27.241637   25292 controller.go:260] "Failed to update lease" err="connection refused"`)
+	caller := "k8s.io/component-helpers/apimachinery/lease.(*controller).backoffEnsureLease"
+	if !Keep(entry, caller) {
+		t.Fatal("a Lease renewal error hidden while the process runs")
+	}
+	Stopping()
+	defer stopping.Store(false)
+	if Keep(entry, caller) {
+		t.Fatal("a Lease renewal error shown while the process stops")
+	}
+}

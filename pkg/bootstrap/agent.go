@@ -16,6 +16,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/internal/component"
+	"github.com/edgeplane/edgeplane/internal/logfilter"
 	"github.com/edgeplane/edgeplane/pkg/node"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
 	"github.com/edgeplane/edgeplane/pkg/sdnotify"
@@ -147,8 +148,12 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	settings, err := o.Node.WithDefaultIP()
+	if err != nil {
+		return err
+	}
 	n, err := node.New(node.Config{
-		Settings:    o.Node,
+		Settings:    settings,
 		Dir:         filepath.Join(o.DataDir, node.DirName),
 		Runtime:     rt,
 		Credentials: &node.TokenJoin{Server: o.Server, Token: o.Token, PrepareDir: prepare},
@@ -159,6 +164,7 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 	}
 	var mgr component.Manager
 	defer func() {
+		logfilter.Stopping()
 		if stopErr := mgr.StopAll(context.WithoutCancel(ctx), stopTimeout); stopErr != nil {
 			err = errors.Join(err, stopErr)
 		}

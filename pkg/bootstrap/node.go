@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -100,15 +99,10 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 		return err
 	}
 	// The node's address, as its kubelet reports it and its serving
-	// certificate names it: --node-ip, else the host's primary address
-	// (what the kubelet would pick), given to the kubelet explicitly.
-	settings := o.Node
-	if len(settings.IPs) == 0 {
-		ip, err := utilnet.ChooseHostInterface()
-		if err != nil {
-			return fmt.Errorf("no --node-ip given and no host address found (%v): pass --node-ip", err)
-		}
-		settings.IPs = []net.IP{ip}
+	// certificate names it.
+	settings, err := o.Node.WithDefaultIP()
+	if err != nil {
+		return err
 	}
 	n, err := node.New(node.Config{
 		Settings: settings,

@@ -19,6 +19,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/internal/gcpacer"
+	"github.com/edgeplane/edgeplane/internal/logfilter"
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/chain"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
@@ -296,6 +297,7 @@ func (s *server) wait(ctx context.Context) error {
 // data dir; ended is the component that ended on its own, if one did.
 func (s *server) shutdown(ctx context.Context, ended *component.EndedError) error {
 	logger := klog.FromContext(ctx)
+	logfilter.Stopping()
 	if ended != nil {
 		logger.Error(ended.Err, "A component stopped on its own: shutting down", "component", ended.Component)
 	} else {

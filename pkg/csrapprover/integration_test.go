@@ -221,12 +221,22 @@ func TestApproverAgainstAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		roots, err := certutil.NewPool(pki.ServerCA.Cert)
+		// Kubelet serving certificates come from the kubelet-serving CA,
+		// which only the API server trusts; never from the server CA
+		// that clients and pods trust for the API server.
+		roots, err := certutil.NewPool(pki.KubeletServingCA.Cert)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: "edge-a", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-			t.Errorf("signed certificate does not verify against the cluster CA for edge-a: %v", err)
+			t.Errorf("signed certificate does not verify against the kubelet-serving CA for edge-a: %v", err)
+		}
+		serverRoots, err := certutil.NewPool(pki.ServerCA.Cert)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: serverRoots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
+			t.Errorf("a kubelet serving certificate verifies against the server CA, which pods trust for the API server")
 		}
 		if cert.Subject.CommonName != "system:node:edge-a" || len(cert.IPAddresses) != 1 || !cert.IPAddresses[0].Equal(net.ParseIP("10.99.0.10")) {
 			t.Errorf("certificate for %s with IPs %v, want system:node:edge-a with 10.99.0.10", cert.Subject.CommonName, cert.IPAddresses)

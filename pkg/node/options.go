@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"github.com/edgeplane/edgeplane/pkg/cni"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
@@ -135,4 +136,23 @@ func DefaultHostname() (string, error) {
 		return "", fmt.Errorf("read the hostname: %w", err)
 	}
 	return h, nil
+}
+
+// WithDefaultIP is s with the host's primary address (the default route's
+// interface, as the kubelet would fall back to) as its IP when it has
+// none. The kubelet gets it explicitly: without one it first looks its
+// node name up in DNS, which on a host without a working resolver (an
+// edge site offline, a network namespace) costs ~10 s per lookup at
+// registration, and a server's serving certificate must name the address
+// the kubelet reports.
+func (s Settings) WithDefaultIP() (Settings, error) {
+	if len(s.IPs) > 0 {
+		return s, nil
+	}
+	ip, err := utilnet.ChooseHostInterface()
+	if err != nil {
+		return s, fmt.Errorf("no --node-ip given and no host address found (%v): pass --node-ip", err)
+	}
+	s.IPs = []net.IP{ip}
+	return s, nil
 }

@@ -2,13 +2,22 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/client-go/util/certificate/csr"
 )
 
 // nodeIdentity: an agent keeps its name because it holds its identity
@@ -30,6 +39,37 @@ func nodeIdentity(t *testing.T, c *twoNodeCluster) {
 		c.restartAgent(t)
 		waitAgentReady(t, c.Agent)
 		wantText(t, c.Agent.output.String(), "Starting with the node's existing credentials")
+	})
+
+	t.Run("it renews its client certificate itself", func(t *testing.T) {
+		// As the kubelet's rotation does: a new key, a request as itself.
+		client := clientFromKubeconfig(t, filepath.Join(nodeDir, "kubelet.kubeconfig"))
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+			Subject: pkix.Name{CommonName: "system:node:" + c.AgentNode, Organization: []string{"system:nodes"}}}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		name, uid, err := csr.RequestCertificateWithContext(ctx, client, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), "",
+			certificatesv1.KubeAPIServerClientKubeletSignerName, nil,
+			[]certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certPEM, err := csr.WaitForCertificate(ctx, client, name, uid)
+		if err != nil {
+			t.Fatalf("the node's own renewal request %s: %v", name, err)
+		}
+		block, _ := pem.Decode(certPEM)
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil || cert.Subject.CommonName != "system:node:"+c.AgentNode {
+			t.Fatalf("renewed certificate %v, %v", cert.Subject, err)
+		}
 	})
 
 	t.Run("its certificate gone, its identity key joins again", func(t *testing.T) {

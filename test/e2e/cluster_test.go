@@ -181,7 +181,7 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 	clusterNetMu.Unlock()
 	pid := os.Getpid()
 	c := &twoNodeCluster{
-		owner: t,
+		owner:      t,
 		ServerNode: "srv", AgentNode: "agt",
 		ServerNS: fmt.Sprintf("ep-net-%d-%d-s", pid, n), AgentNS: fmt.Sprintf("ep-net-%d-%d-a", pid, n),
 		HostIP: fmt.Sprintf("10.204.%d.1", n), ServerIP: fmt.Sprintf("10.204.%d.2", n), AgentIP: fmt.Sprintf("10.204.%d.3", n),
