@@ -168,6 +168,20 @@ func TestMetricsAPI(t *testing.T) {
 		t.Error("discovery lists no metrics.k8s.io")
 	})
 
+	t.Run("OpenAPI v3", func(t *testing.T) {
+		body, err := client.CoreV1().RESTClient().Get().AbsPath("/openapi/v3").DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(body), `"apis/metrics.k8s.io/v1beta1"`) {
+			t.Fatalf("/openapi/v3 does not list metrics.k8s.io/v1beta1: %.300s", body)
+		}
+		body, err = client.CoreV1().RESTClient().Get().AbsPath("/openapi/v3/apis/metrics.k8s.io/v1beta1").DoRaw(ctx)
+		if err != nil || !strings.Contains(string(body), "io.k8s.metrics.pkg.apis.metrics.v1beta1.PodMetrics") {
+			t.Errorf("/openapi/v3/apis/metrics.k8s.io/v1beta1: %v: %.300s", err, body)
+		}
+	})
+
 	var nodes *metricsv1beta1.NodeMetricsList
 	poll(t, ctx, "both good nodes' figures", func() (bool, error) {
 		nodes, err = mc.MetricsV1beta1().NodeMetricses().List(ctx, metav1.ListOptions{})
