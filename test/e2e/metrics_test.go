@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	apiregclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset/typed/apiregistration/v1"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
@@ -80,15 +82,15 @@ func TestMetricsServer(t *testing.T) {
 	t.Run("kubectl top nodes", func(t *testing.T) {
 		var rows map[string][2]resource.Quantity
 		eventually(t, 2*time.Minute, "kubectl top nodes listing both nodes", func(context.Context) (bool, error) {
-			out, err := s.kubectl("top", "nodes", "--no-headers")
-			if err != nil {
-				return false, fmt.Errorf("%v: %s", err, out)
-			}
-			rows, err = topRows(out, 0)
+			out, err := topTable("kubectl", "--kubeconfig", s.kubeconfig, "top", "nodes")
 			if err != nil {
 				return false, err
 			}
-			return len(rows) == 2, fmt.Errorf("rows %v", rows)
+			rows, err = topRows(out)
+			if err != nil {
+				return false, err
+			}
+			return len(rows) == 2, fmt.Errorf("rows %v in:\n%s", rows, out)
 		})
 		for _, node := range []string{c.ServerNode, c.AgentNode} {
 			r, ok := rows[node]
@@ -102,15 +104,29 @@ func TestMetricsServer(t *testing.T) {
 		}
 		// The kubectl of the binary (Kubernetes v1.37, which asks for
 		// metrics.k8s.io/v1 first) reads the same.
-		out := cli(t, 0, "kubectl", "--kubeconfig", s.kubeconfig, "top", "nodes", "--no-headers")
-		if r, err := topRows(out, 0); err != nil || len(r) != 2 {
+		out, err := topTable(binary, "kubectl", "--kubeconfig", s.kubeconfig, "top", "nodes")
+		if err != nil {
+			t.Fatalf("edgeplane kubectl top nodes: %v", err)
+		}
+		if r, err := topRows(out); err != nil || len(r) != 2 {
 			t.Errorf("edgeplane kubectl top nodes: %v:\n%s", err, out)
 		}
 	})
 
 	t.Run("kubectl top pods -A", func(t *testing.T) {
 		var want []string
-		eventually(t, 2*time.Minute, "kubectl top pods -A listing every running pod", func(ctx context.Context) (bool, error) {
+		var last error // eventually reports the last error, which may be its own deadline's
+		defer func() {
+			if t.Failed() {
+				t.Logf("last check: %v", last)
+			}
+		}()
+		eventually(t, 2*time.Minute, "kubectl top pods -A listing every running pod", func(ctx context.Context) (ok bool, err error) {
+			defer func() {
+				if err != nil && ctx.Err() == nil {
+					last = err
+				}
+			}()
 			pods, err := s.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, err
@@ -121,11 +137,11 @@ func TestMetricsServer(t *testing.T) {
 					want = append(want, p.Namespace+"/"+p.Name)
 				}
 			}
-			out, err := s.kubectl("top", "pods", "-A", "--no-headers")
+			out, err := topTable("kubectl", "--kubeconfig", s.kubeconfig, "top", "pods", "-A")
 			if err != nil {
-				return false, fmt.Errorf("%v: %s", err, out)
+				return false, err
 			}
-			rows, err := topRows(out, 1)
+			rows, err := topRows(out)
 			if err != nil {
 				return false, err
 			}
@@ -165,26 +181,53 @@ func TestMetricsServer(t *testing.T) {
 	t.Run("a kubelet certificate from another CA is refused", func(t *testing.T) { checkRogueKubelet(t, c) })
 }
 
-// topRows parses `kubectl top --no-headers` output: the name (with the
-// namespace before it, "ns/name", when nameCol is 1), CPU and memory.
-func topRows(out string, nameCol int) (map[string][2]resource.Quantity, error) {
+// topTable runs a `kubectl top` command and returns its table (stdout:
+// kubectl's warnings go to stderr, which is only shown when it fails).
+func topTable(name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var stdout, stderr strings.Builder
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s %s: %v: %s%s", name, strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// topRows parses a `kubectl top nodes|pods` table by its header: each
+// row's name ("namespace/name" with a NAMESPACE column), CPU(cores) and
+// MEMORY(bytes). The node table has percentage columns between them.
+func topRows(out string) (map[string][2]resource.Quantity, error) {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	col := map[string]int{}
+	for i, h := range strings.Fields(lines[0]) {
+		col[h] = i
+	}
+	nameCol, hasName := col["NAME"]
+	cpuCol, hasCPU := col["CPU(cores)"]
+	memCol, hasMem := col["MEMORY(bytes)"]
+	nsCol, hasNS := col["NAMESPACE"]
+	if !hasName || !hasCPU || !hasMem {
+		return nil, fmt.Errorf("no NAME, CPU(cores) and MEMORY(bytes) in the header %q", lines[0])
+	}
 	rows := map[string][2]resource.Quantity{}
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+	for _, line := range lines[1:] {
 		f := strings.Fields(line)
-		if len(f) < nameCol+3 {
+		if len(f) <= max(nameCol, cpuCol, memCol, nsCol) {
 			return nil, fmt.Errorf("line %q", line)
 		}
-		cpu, err := resource.ParseQuantity(f[nameCol+1])
+		cpu, err := resource.ParseQuantity(f[cpuCol])
 		if err != nil {
 			return nil, fmt.Errorf("line %q: %v", line, err)
 		}
-		mem, err := resource.ParseQuantity(f[nameCol+2])
+		mem, err := resource.ParseQuantity(f[memCol])
 		if err != nil {
 			return nil, fmt.Errorf("line %q: %v", line, err)
 		}
-		name := f[0]
-		if nameCol == 1 {
-			name = f[0] + "/" + f[1]
+		name := f[nameCol]
+		if hasNS {
+			name = f[nsCol] + "/" + name
 		}
 		rows[name] = [2]resource.Quantity{cpu, mem}
 	}
@@ -370,12 +413,21 @@ func checkRogueKubelet(t *testing.T, c *twoNodeCluster) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.client.CoreV1().Nodes().Delete(context.Background(), "rogue", metav1.DeleteOptions{}) })
-	node.Status = corev1.NodeStatus{
-		Conditions:      []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Test", LastHeartbeatTime: metav1.Now()}},
-		Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: c.HostIP}},
-		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: port}},
-	}
-	if _, err := s.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	// The controllers write the new Node too (taints, its pod CIDR): the
+	// status goes on the latest version.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := s.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Status = corev1.NodeStatus{
+			Conditions:      []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Test", LastHeartbeatTime: metav1.Now()}},
+			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: c.HostIP}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: port}},
+		}
+		_, err = s.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, time.Minute, "the server's refused handshakes with rogue", func(context.Context) (bool, error) {
@@ -400,9 +452,9 @@ func checkRogueKubelet(t *testing.T, c *twoNodeCluster) {
 	if n != 0 {
 		t.Errorf("the server sent %d requests to rogue: its certificate was accepted", n)
 	}
-	out, err := s.kubectl("top", "nodes", "--no-headers")
+	out, err := topTable("kubectl", "--kubeconfig", s.kubeconfig, "top", "nodes")
 	if err != nil {
-		t.Fatalf("%v: %s", err, out)
+		t.Fatal(err)
 	}
 	if strings.Contains(out, "rogue") {
 		t.Errorf("kubectl top nodes lists rogue:\n%s", out)

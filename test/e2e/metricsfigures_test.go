@@ -21,7 +21,7 @@ import (
 // and its RSS at the window's end.
 const (
 	metricsIdleSettle = time.Minute
-	metricsIdleWindow = 3 * time.Minute
+	metricsIdleWindow = 2 * time.Minute
 )
 
 // TestMetricsServerFigures measures what the in-process resource metrics
@@ -33,7 +33,7 @@ const (
 // costs at most the 5 MiB of idle RSS an in-process part may (the mean of
 // each pair of runs). CoreDNS is disabled in every run (no image for it
 // here; the same pods run either way). Set EDGEPLANE_METRICS_FIGURES=1 to
-// run it (four servers, about 20 minutes; make bench-metrics).
+// run it (four servers, about 16 minutes; make bench-metrics).
 func TestMetricsServerFigures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs four servers, each its own node")
