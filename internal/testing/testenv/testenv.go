@@ -42,8 +42,8 @@ var ByDesign = map[string]string{
 	"net-figures": "measures the cluster network figures of docs/NETWORKING.md: two two-node clusters and two idle minutes; " +
 		"runs with EDGEPLANE_NET_FIGURES=1 (make bench-network)",
 	// make bench-metrics: figures (TestMetricsServer checks the behaviour).
-	"metrics-figures": "measures the idle RSS and CPU of the resource metrics part of docs/ADDONS.md: four servers as nodes, " +
-		"four idle windows; runs with EDGEPLANE_METRICS_FIGURES=1 (make bench-metrics)",
+	"metrics-figures": "measures the idle RSS and CPU of the resource metrics part of docs/ADDONS.md: four servers, each idle " +
+		"for minutes; runs with EDGEPLANE_METRICS_FIGURES=1 (as nodes; make bench-metrics) or =control-plane",
 }
 
 // CI reports whether the tests run in CI, where a missing precondition is a
