@@ -27,6 +27,7 @@ var disableParts = []struct {
 	{componentHelmController, true, false},
 	{node.PartLocalStorage, true, false},
 	{componentIngress, true, false},
+	{componentMetricsServer, true, false},
 }
 
 // disableable lists the --disable names of the server (agent false) or of

@@ -44,6 +44,9 @@ var ByDesign = map[string]string{
 	// Figures of docs/ADDONS.md, not a check of behaviour (TestLocalStorage).
 	"local-storage-figures": "measures the idle RSS of a server node with local storage on and off (docs/ADDONS.md): " +
 		"four servers idle for minutes each; runs with EDGEPLANE_LOCALSTORAGE_FIGURES=node (under the e2e lock) or =control-plane",
+	// make bench-metrics: figures (TestMetricsServer checks the behaviour).
+	"metrics-figures": "measures the idle RSS and CPU of the resource metrics part of docs/ADDONS.md: four servers, each idle " +
+		"for minutes; runs with EDGEPLANE_METRICS_FIGURES=1 (as nodes; make bench-metrics) or =control-plane",
 }
 
 // CI reports whether the tests run in CI, where a missing precondition is a
