@@ -75,6 +75,10 @@ bench-nodes:
 bench-network:
 	EDGEPLANE_NET_FIGURES=1 go test -count=1 -v -timeout 40m -run 'TestClusterNetworkFigures$$' ./test/e2e/
 
+.PHONY: bench-metrics
+bench-metrics:
+	EDGEPLANE_METRICS_FIGURES=1 go test -count=1 -v -timeout 40m -run 'TestMetricsServerFigures$$' ./test/e2e/
+
 .PHONY: bench bench-smoke
 bench:
 	BENCH_COMMAND="make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" ./bench/run.sh $(BENCH_ARGS)

@@ -4,6 +4,11 @@ import (
 	"context"
 	"path/filepath"
 
+	"k8s.io/klog/v2"
+
+	"github.com/edgeplane/edgeplane/internal/background"
+	"github.com/edgeplane/edgeplane/internal/component"
+	"github.com/edgeplane/edgeplane/pkg/helmcontroller"
 	"github.com/edgeplane/edgeplane/pkg/manifests"
 	"github.com/edgeplane/edgeplane/pkg/servicelb"
 )
@@ -14,6 +19,8 @@ const (
 	componentCoreDNS = manifests.CoreDNS
 	// componentServiceLB is the in-process LoadBalancer controller.
 	componentServiceLB = "servicelb"
+	// componentHelmController is the in-process HelmChart controller.
+	componentHelmController = helmcontroller.ComponentName
 )
 
 // manifestsDirName is the manifests directory under the data dir.
@@ -21,9 +28,9 @@ const manifestsDirName = "manifests"
 
 // startAddons starts what the cluster gets besides the control plane: the
 // manifests directory (packaged CoreDNS and the user's manifests, kept
-// applied) and the service load balancer. --disable=coredns removes the
-// packaged file and its objects; the directory itself always runs, for the
-// user's manifests.
+// applied), the service load balancer and the helm-controller. --disable=coredns
+// removes the packaged file and its objects; the directory itself always
+// runs, for the user's manifests.
 func (s *server) startAddons(ctx context.Context, o CompletedOptions) error {
 	packaged, err := manifests.Packaged(manifests.Values{
 		ClusterDNS:    o.ClusterDNS,
@@ -48,13 +55,37 @@ func (s *server) startAddons(ctx context.Context, o CompletedOptions) error {
 	if err != nil {
 		return err
 	}
-	if o.Disabled[componentServiceLB] {
-		return s.mgr.Start(ctx, mc, stopTimeout)
+	parts := []component.Component{mc}
+	if !o.Disabled[componentServiceLB] {
+		lb, err := servicelb.New(servicelb.Options{Kubeconfig: s.pki.AdminKubeconfig})
+		if err != nil {
+			return err
+		}
+		parts = append(parts, lb)
 	}
-	lb, err := servicelb.New(servicelb.Options{Kubeconfig: s.pki.AdminKubeconfig})
+	if err := s.mgr.StartTogether(ctx, stopTimeout, parts...); err != nil {
+		return err
+	}
+	if o.Disabled[componentHelmController] {
+		return nil
+	}
+	hc, err := helmcontroller.New(helmcontroller.Options{Kubeconfig: s.pki.AdminKubeconfig})
 	if err != nil {
 		return err
 	}
-	// Neither needs the other.
-	return s.mgr.StartTogether(ctx, stopTimeout, mc, lb)
+	if err := s.mgr.StartBackground(ctx, hc); err != nil {
+		return err
+	}
+	// Start-up does not wait for the CRDs to be served (0.3-2 s on the
+	// first start of a cluster). Once they are, the manifests directory is
+	// checked again, so that a HelmChart file is applied then, not at the
+	// next periodic check.
+	logger := klog.FromContext(ctx)
+	return s.mgr.StartBackground(ctx, background.NewTask("helm-controller-ready", func(taskCtx context.Context) {
+		if err := hc.Ready(taskCtx); err == nil {
+			mc.Trigger()
+		} else if taskCtx.Err() == nil {
+			logger.Error(err, "The helm-controller did not start: HelmCharts are not installed")
+		}
+	}))
 }

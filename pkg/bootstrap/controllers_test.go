@@ -21,7 +21,7 @@ func TestParseDisable(t *testing.T) {
 		{values: []string{"flannel,kube-proxy"}, want: []string{"flannel", "kube-proxy"}},
 		{values: []string{"network-policy"}, want: []string{"network-policy"}},
 		{values: []string{"coredns", "servicelb"}, want: []string{"coredns", "servicelb"}},
-		{values: []string{"scheduler,telemetry"}, want: []string{"scheduler"}, wantErr: `--disable "telemetry" is not one of: controller-manager, scheduler, kubelet, flannel, kube-proxy, network-policy, coredns, servicelb`},
+		{values: []string{"scheduler,telemetry"}, want: []string{"scheduler"}, wantErr: `--disable "telemetry" is not one of: controller-manager, scheduler, kubelet, flannel, kube-proxy, network-policy, coredns, servicelb, helm-controller, local-storage, ingress, metrics-server`},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.values, "|"), func(t *testing.T) {

@@ -24,6 +24,10 @@ var disableParts = []struct {
 	{node.PartNetworkPolicy, true, true},
 	{componentCoreDNS, true, false},
 	{componentServiceLB, true, false},
+	{componentHelmController, true, false},
+	{node.PartLocalStorage, true, false},
+	{componentIngress, true, false},
+	{componentMetricsServer, true, false},
 }
 
 // disableable lists the --disable names of the server (agent false) or of

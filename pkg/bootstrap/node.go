@@ -63,6 +63,7 @@ func (o CompletedOptions) nodeSettings() nodeconfig.Config {
 		ClusterCIDR: o.ClusterCIDR, FlannelBackend: o.Network.FlannelBackend, KubeProxyMode: o.Network.KubeProxyMode,
 		NodeLeaseDuration: nodeconfig.LeaseDuration(o.NodeHeartbeat),
 		AllowPrivileged:   o.AllowPrivileged,
+		LocalStoragePath:  o.localStoragePath(),
 	}
 }
 
@@ -121,6 +122,7 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 	if err := s.mgr.StartBackground(ctx, n); err != nil {
 		return err
 	}
+	s.nodeIPs = settings.IPs
 	logger.Info("This server is a node too", "node", o.Node.Name, "runtime", rt.Name+" "+rt.Version,
 		"duration", time.Since(n.Began()).Round(time.Millisecond))
 	return s.mgr.StartBackground(ctx, background.NewTask("node-ready", func(taskCtx context.Context) {

@@ -53,6 +53,7 @@ type Options struct {
 	Cluster             ClusterOptions
 	Node                node.Options
 	Network             NetworkOptions
+	LocalStorage        localStorageOptions
 }
 
 // NewOptions returns the defaults.
@@ -119,6 +120,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Cluster.AddFlags(fs)
 	o.Node.AddFlags(fs)
 	o.Network.AddFlags(fs)
+	o.LocalStorage.AddFlags(fs)
 }
 
 // completedOptions holds defaulted and parsed options. It is private so that
@@ -168,6 +170,9 @@ type completedOptions struct {
 	// Endpoint says how the advertise address relates to this host
 	// (apiendpoint.go).
 	Endpoint apiEndpoint
+	// LocalStoragePath is --default-local-storage-path, resolved
+	// (localstorage.go).
+	LocalStoragePath string
 
 	// problems found while parsing, reported by Validate with the rest.
 	problems []error
@@ -264,6 +269,9 @@ func (o *Options) Complete() (CompletedOptions, error) {
 	}
 	var disableErrs []error
 	c.Disabled, disableErrs = parseDisable(false, o.Disable)
+	var storageErrs []error
+	c.LocalStoragePath, storageErrs = o.LocalStorage.complete(c.DataDir)
+	c.problems = append(c.problems, storageErrs...)
 	var day2Errs []error
 	c.Day2, day2Errs = o.Day2.complete()
 	c.problems = append(c.problems, day2Errs...)

@@ -23,6 +23,7 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/chain"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
+	"github.com/edgeplane/edgeplane/pkg/resourcemetrics"
 	"github.com/edgeplane/edgeplane/pkg/wear"
 )
 
@@ -67,6 +68,11 @@ type server struct {
 	// kubeconfig is the --write-kubeconfig copy, nil without one.
 	kubeconfig *kubeconfigCopy
 	started    time.Time
+	// nodeIPs are the server's own node's addresses; nil when it is not a
+	// node.
+	nodeIPs []net.IP
+	// metrics is the resource metrics API, nil when disabled (metrics.go).
+	metrics *resourcemetrics.Server
 }
 
 // start runs every start-up phase. One deferred cleanup undoes a failed
@@ -140,6 +146,9 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 		return nil, err
 	}
 	s.checks = componentChecks(o)
+	if err := s.newMetrics(o); err != nil {
+		return nil, err
+	}
 	apiserver, err := chain.New(s.chainConfig(o, listener, day2, storage))
 	if err != nil {
 		return nil, err
@@ -181,10 +190,13 @@ func (s *server) startAfterChain(ctx context.Context, o CompletedOptions, port i
 		func() error { return s.clearServiceEndpoint(ctx, o) },
 		waitJoin,
 		func() error { return etcdJoin.publish(ctx, s.pki) },
+		func() error { return s.startLocalStorage(ctx, o) }, // before nodes are told to serve it
 		func() error { return s.publishNodeConfig(ctx, o) },
 		func() error { return s.startAddons(ctx, o) }, // manifests (CoreDNS), servicelb
+		func() error { return s.startMetrics(ctx, o) },
 		func() error { return s.grantNetworkPolicy(ctx, o) },
 		func() error { return s.startNode(ctx, o, port) },
+		func() error { return s.startIngress(ctx, o) },
 		s.kubeconfig.write,
 	} {
 		if err := step(); err != nil {
@@ -240,6 +252,7 @@ func (s *server) chainConfig(o CompletedOptions, listener net.Listener, day2 cha
 		CompactionInterval: o.CompactionInterval,
 		Tuning:             o.Profile.Chain,
 		Files:              chainFiles(s.pki),
+		APIs:               s.apis(),
 		Storage: chain.Storage{
 			Endpoints: storage.Endpoints,
 			CAFile:    storage.CAFile,

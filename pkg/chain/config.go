@@ -81,6 +81,9 @@ type Config struct {
 	Tuning Tuning
 	// ShutdownWatchGrace bounds how long watches may take to drain on Stop (default 2s).
 	ShutdownWatchGrace time.Duration
+	// APIs are API groups of edgeplane's own that the kube-apiserver serves
+	// beside its built-in ones (optional), such as metrics.k8s.io.
+	APIs []APIInstaller
 }
 
 // validate reports every missing input at once.

@@ -15,6 +15,14 @@ var (
 	extraAdmission     = []string{"NodeRestriction"}
 )
 
+// KubeletAddressTypes are the Node address types the API server dials a
+// kubelet at, in order (--kubelet-preferred-address-types). Addresses come
+// first: node names need not resolve (an edge LAN rarely has DNS for its
+// boards), and the kubelet's serving certificate holds its addresses.
+var KubeletAddressTypes = []corev1.NodeAddressType{
+	corev1.NodeInternalIP, corev1.NodeExternalIP, corev1.NodeHostName, corev1.NodeInternalDNS, corev1.NodeExternalDNS,
+}
+
 // buildOptions fills upstream kube-apiserver options as Go structs, the same
 // fields the kube-apiserver flags would set.
 func buildOptions(c *Config, authnConfigFile string) (*options.ServerRunOptions, error) {
@@ -73,12 +81,9 @@ func buildOptions(c *Config, authnConfigFile string) (*options.ServerRunOptions,
 	s.KubeletConfig.TLSClientConfig.CertFile = c.Files.KubeletClientCert
 	s.KubeletConfig.TLSClientConfig.KeyFile = c.Files.KubeletClientKey
 	s.KubeletConfig.TLSClientConfig.CAFile = c.Files.KubeletCA
-	// Dial kubelets by address first: node names need not resolve (an edge
-	// LAN rarely has DNS for its boards), and the kubelet's serving
-	// certificate holds its addresses.
-	s.KubeletConfig.PreferredAddressTypes = []string{
-		string(corev1.NodeInternalIP), string(corev1.NodeExternalIP), string(corev1.NodeHostName),
-		string(corev1.NodeInternalDNS), string(corev1.NodeExternalDNS),
+	s.KubeletConfig.PreferredAddressTypes = make([]string, 0, len(KubeletAddressTypes))
+	for _, t := range KubeletAddressTypes {
+		s.KubeletConfig.PreferredAddressTypes = append(s.KubeletConfig.PreferredAddressTypes, string(t))
 	}
 	reconciler, count := endpointReconciler(c.SharedDatastore, c.NoServiceEndpoint)
 	s.EndpointReconcilerType, s.MasterCount = string(reconciler), count

@@ -199,6 +199,10 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 	if !ok {
 		return nil, nil, fmt.Errorf("chain: the aggregator's delegate is a %T, not the kube-apiserver", aggregator.GenericAPIServer.NextDelegate())
 	}
+	// Before the OpenAPI, which lists the kube-apiserver's routes.
+	if err := installAPIs(kubeAPIServer, config.KubeAPIs.ControlPlane.Extra.VersionedInformers, c.APIs); err != nil {
+		return nil, nil, err
+	}
 	generic := config.KubeAPIs.ControlPlane.Generic
 	installOpenAPI(kubeAPIServer, generic.OpenAPIConfig, generic.OpenAPIV3Config, filepath.Clean(c.StateDir))
 	steps.done("openapi")

@@ -244,11 +244,17 @@ func (s *etcdStore) promote(ctx context.Context, e *embed.Etcd) error {
 		_, err := cli.MemberPromote(ctx, uint64(self))
 		switch {
 		case err == nil:
+			// The leader has applied the promotion; this member applies
+			// it when the entry reaches it, and until then refuses writes
+			// as a learner ("rpc not supported for learner").
+			if err := waitVoter(ctx, e); err != nil {
+				return err
+			}
 			lg.Info("This server's etcd member now votes", "member", s.opts.Cluster.Name)
 			return nil
 		case strings.Contains(err.Error(), "can only promote a learner member") && !strings.Contains(err.Error(), "in sync"):
 			// etcd's ErrMemberNotLearner: this member votes already.
-			return nil
+			return waitVoter(ctx, e)
 		}
 		lg.V(2).Info("Waiting to promote this etcd member", "err", err)
 		select {
@@ -257,4 +263,23 @@ func (s *etcdStore) promote(ctx context.Context, e *embed.Etcd) error {
 		case <-time.After(promoteInterval):
 		}
 	}
+}
+
+// voterPoll paces the wait for this member to apply its own promotion.
+const voterPoll = 20 * time.Millisecond
+
+// waitVoter waits until this member has applied its promotion: the
+// promotion is committed when the leader answers, and this member serves
+// writes only once it has applied it too.
+func waitVoter(ctx context.Context, e *embed.Etcd) error {
+	for e.Server.IsLearner() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("datastore: waiting for this etcd member to apply its promotion to a voter: %w", context.Cause(ctx))
+		case <-e.Server.StopNotify():
+			return errors.New("datastore: etcd stopped while this member applied its promotion to a voter")
+		case <-time.After(voterPoll):
+		}
+	}
+	return nil
 }

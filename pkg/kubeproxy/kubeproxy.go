@@ -33,10 +33,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/pflag"
-	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	proxyapp "k8s.io/kubernetes/cmd/kube-proxy/app"
+	proxymetrics "k8s.io/kubernetes/pkg/proxy/metrics"
 	"sigs.k8s.io/knftables"
 
 	"github.com/edgeplane/edgeplane/internal/background"
@@ -178,25 +180,31 @@ func (p *Proxy) waitSynced(ctx context.Context) {
 }
 
 // lastSync is when the proxy last synced its rules (Unix seconds; 0: never).
+// It collects upstream's one gauge, never the whole registry: gathering
+// the process's registry would also run the kubelet's collectors, whose
+// log-stats collector asks the stats provider for every pod and logs an
+// error while cAdvisor has no data yet (a node's first seconds).
 func lastSync() float64 {
-	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
+	gauge := proxymetrics.SyncProxyRulesLastTimestamp
+	// Registered (by the proxy's start) or nothing to read: until then
+	// it is a placeholder that cannot be collected.
+	if !gauge.IsCreated() {
 		return 0
 	}
+	ch := make(chan prometheus.Metric, 2)
+	go func() {
+		gauge.Collect(ch)
+		close(ch)
+	}()
 	var last float64
-	for _, f := range families {
-		if f.GetName() != syncedMetric {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			last = max(last, m.GetGauge().GetValue())
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) == nil && d.Gauge != nil {
+			last = max(last, d.Gauge.GetValue())
 		}
 	}
 	return last
 }
-
-// syncedMetric is upstream's gauge of the last successful sync.
-const syncedMetric = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
 
 // options parses args with upstream's flag set, then completes and
 // validates them as upstream's command does.

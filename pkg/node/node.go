@@ -10,6 +10,8 @@
 //	pod-network  the node's CNI configuration
 //	kube-proxy   Services (unless off)
 //	network-policy  NetworkPolicy enforcement (unless off)
+//	local-storage   the directories of the node's local-path volumes
+//	                (when the server runs local storage)
 //
 // Node is one component to its caller: Start gets the credentials and
 // starts every part; Ready waits until each part does its job and the Node
@@ -35,6 +37,7 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
+	"github.com/edgeplane/edgeplane/pkg/localstorage"
 	"github.com/edgeplane/edgeplane/pkg/netpol"
 	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 )
@@ -183,6 +186,9 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 		}
 	} else {
 		parts = append(parts, &netpol.Component{Node: s.Name, Kubeconfig: p.Kubeconfig})
+	}
+	if cluster.LocalStoragePath != "" {
+		parts = append(parts, &localstorage.Node{NodeName: s.Name, Kubeconfig: p.Kubeconfig, Path: cluster.LocalStoragePath})
 	}
 	return parts, nil
 }

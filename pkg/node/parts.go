@@ -7,6 +7,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
+	"github.com/edgeplane/edgeplane/pkg/localstorage"
 	"github.com/edgeplane/edgeplane/pkg/netpol"
 )
 
@@ -18,6 +19,7 @@ const (
 	PartFlannel       = "flannel"
 	PartKubeProxy     = "kube-proxy"
 	PartNetworkPolicy = netpol.ComponentName
+	PartLocalStorage  = localstorage.ComponentName
 )
 
 // DetectRuntime finds the node's container runtime (endpoint, or the usual

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,7 @@ const (
 	keyKubeProxy     = "kube-proxy-mode"
 	keyLease         = "node-lease-duration"
 	keyPrivileged    = "allow-privileged"
+	keyLocalStorage  = "local-storage-path"
 )
 
 // Config is the cluster's settings for nodes.
@@ -74,6 +76,11 @@ type Config struct {
 	// API server's check). A server that published none (older than the
 	// flag) refused them, as upstream's API server does by default: false.
 	AllowPrivileged bool
+	// LocalStoragePath is the directory on every node that holds the
+	// local-path volumes (the server's --default-local-storage-path);
+	// empty: the server runs no local storage (--disable=local-storage,
+	// or a server older than it), and nodes run no local storage part.
+	LocalStoragePath string
 }
 
 // Publish creates or updates the ConfigMap and its reader Role and binding.
@@ -88,6 +95,7 @@ func Publish(ctx context.Context, client kubernetes.Interface, c Config) error {
 			keyFlannel:       c.FlannelBackend,
 			keyKubeProxy:     c.KubeProxyMode,
 			keyPrivileged:    strconv.FormatBool(c.AllowPrivileged),
+			keyLocalStorage:  c.LocalStoragePath,
 		},
 	}
 	if c.NodeLeaseDuration > 0 {
@@ -161,6 +169,7 @@ func Fetch(ctx context.Context, client kubernetes.Interface) (Config, error) {
 		ClusterCIDR:      cm.Data[keyClusterCIDR],
 		FlannelBackend:   cm.Data[keyFlannel],
 		KubeProxyMode:    cm.Data[keyKubeProxy],
+		LocalStoragePath: cm.Data[keyLocalStorage],
 	}
 	if len(c.ClientCA) == 0 {
 		return Config{}, errors.New("nodeconfig: the server published no client CA: upgrade the server")
@@ -171,6 +180,9 @@ func Fetch(ctx context.Context, client kubernetes.Interface) (Config, error) {
 			return Config{}, fmt.Errorf("nodeconfig: %s/%s key %s: %q is not true or false", Namespace, Name, keyPrivileged, s)
 		}
 		c.AllowPrivileged = allow
+	}
+	if p := c.LocalStoragePath; p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
+		return Config{}, fmt.Errorf("nodeconfig: %s/%s key %s: %q is not a clean absolute path", Namespace, Name, keyLocalStorage, p)
 	}
 	if s := cm.Data[keyLease]; s != "" {
 		secs, err := strconv.Atoi(s)

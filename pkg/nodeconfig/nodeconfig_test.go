@@ -187,3 +187,58 @@ func TestKubeletServingCA(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalStoragePath: the server's storage path reaches nodes; a server
+// that runs no local storage (disabled, or older than it) publishes none,
+// so nodes run no local storage part; a path that is not absolute is an
+// error naming the key.
+func TestLocalStoragePath(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		publish string
+		edit    string // the key's value after publishing; "-": remove the key; "": keep
+		want    string
+		wantErr string
+	}{
+		{name: "published", publish: "/var/lib/edgeplane/storage", want: "/var/lib/edgeplane/storage"},
+		{name: "disabled", publish: "", want: ""},
+		{name: "a server from before it", publish: "/x", edit: "-", want: ""},
+		{name: "relative", publish: "/x", edit: "storage", wantErr: `local-storage-path: "storage" is not a clean absolute path`},
+		{name: "not clean", publish: "/x", edit: "/a/../b", wantErr: `local-storage-path: "/a/../b" is not a clean absolute path`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := fake.NewClientset()
+			if err := Publish(ctx, client, Config{ClientCA: []byte("client"), LocalStoragePath: tt.publish}); err != nil {
+				t.Fatal(err)
+			}
+			if tt.edit != "" {
+				cm, err := client.CoreV1().ConfigMaps(Namespace).Get(ctx, Name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tt.edit == "-" {
+					delete(cm.Data, keyLocalStorage)
+				} else {
+					cm.Data[keyLocalStorage] = tt.edit
+				}
+				if _, err := client.CoreV1().ConfigMaps(Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := Fetch(ctx, client)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Fetch error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.LocalStoragePath != tt.want {
+				t.Errorf("LocalStoragePath = %q, want %q", out.LocalStoragePath, tt.want)
+			}
+		})
+	}
+}

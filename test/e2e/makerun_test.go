@@ -108,8 +108,12 @@ func TestMakeRun(t *testing.T) {
 	}
 	parallelNode(t, buildClusterImages(t))
 	nn := newNodeNetns(t)
-	ctrd := testcontainerd.Start(t, testcontainerd.Options{Netns: nn.ns})
-	nodeArgs := func(dataDir string) []string {
+	// Each server gets a containerd of its own, as a new host would: one
+	// shared across the forms would hand the second server's kubelet the
+	// first one's containers, whose log files are in the first kubelet's
+	// --pod-logs-dir, and its stats loop logs an error for each.
+	nodeArgs := func(t *testing.T, dataDir string) []string {
+		ctrd := testcontainerd.Start(t, testcontainerd.Options{Netns: nn.ns})
 		clusterImages(t, filepath.Join(dataDir, "agent", "images"))
 		return append([]string{
 			"--container-runtime-endpoint", ctrd.Endpoint, "--cni-conf-dir", ctrd.CNIConfDir,
@@ -120,7 +124,7 @@ func TestMakeRun(t *testing.T) {
 
 	t.Run("a loopback bind address with a runtime is refused", func(t *testing.T) {
 		dataDir := agentDataDir(t)
-		args := append(makeRunArgs(t, dataDir, "--bind-address=127.0.0.1"), nodeArgs(dataDir)...)
+		args := append(makeRunArgs(t, dataDir, "--bind-address=127.0.0.1"), nodeArgs(t, dataDir)...)
 		s := launchCmd(t, dataDir, nsenterCmd(nn.ns, args...))
 		select {
 		case <-s.exited:
@@ -146,7 +150,7 @@ func TestMakeRun(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dataDir := agentDataDir(t)
-			args := append(makeRunArgs(t, dataDir, tc.makeArgs), nodeArgs(dataDir)...)
+			args := append(makeRunArgs(t, dataDir, tc.makeArgs), nodeArgs(t, dataDir)...)
 			s := startServerCmd(t, dataDir, nsenterCmd(nn.ns, args...))
 			s.useAddress(t, "https://"+nn.nodeIP+":6443")
 			checkMakeRunCluster(t, s, nn.nodeIP)

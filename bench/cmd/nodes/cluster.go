@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -157,15 +159,16 @@ func waitRunning(ctx context.Context, cs kubernetes.Interface, ns, name string, 
 }
 
 // churnOnce deletes k random pods of the workload (the Deployment makes new
-// ones: k deletions and k creations).
-func churnOnce(ctx context.Context, cs kubernetes.Interface, ns, name string, k int) (int, error) {
+// ones: k deletions and k creations). It returns the pods deleted and the
+// requests that failed (the list, or a delete other than of a pod already
+// gone).
+func churnOnce(ctx context.Context, cs kubernetes.Interface, ns, name string, k int) (deleted, failed int) {
 	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: workloadLabel + "=" + name})
 	if err != nil {
-		return 0, err
+		return 0, 1
 	}
 	items := list.Items
 	rand.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
-	deleted := 0
 	for _, p := range items {
 		if deleted >= k {
 			break
@@ -173,11 +176,14 @@ func churnOnce(ctx context.Context, cs kubernetes.Interface, ns, name string, k 
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		if err := cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err == nil {
+		switch err := cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); {
+		case err == nil:
 			deleted++
+		case !apierrors.IsNotFound(err):
+			failed++
 		}
 	}
-	return deleted, nil
+	return deleted, failed
 }
 
 // listAllPods does what `kubectl get pods -A` asks of the server: a list of
@@ -200,13 +206,15 @@ func listAllPods(ctx context.Context, cs kubernetes.Interface) (time.Duration, i
 	return 0, n, fmt.Errorf("pod list did not end after 1000 chunks")
 }
 
-// percentile of sorted durations (p in 0..100); 0 when empty.
+// percentile of sorted durations (p in 0..100) by nearest rank: the
+// smallest sample that at least p% of the samples are at or below, so the
+// p99 of fewer than 100 samples is their maximum; 0 when empty.
 func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}
-	i := int(float64(len(sorted)-1) * p / 100)
-	return sorted[i]
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(rank, 1), len(sorted))-1]
 }
 
 func sortDurations(d []time.Duration) []time.Duration {

@@ -39,12 +39,32 @@ type result struct {
 	WritesMBPerHour  float64 `json:"writesMBPerHour"`
 	WritesPerNodeMBh float64 `json:"writesPerNodeMBPerHour"`
 	DatastoreMB      float64 `json:"datastoreMB"`
-	LeasePUTs        int     `json:"leasePUTs"`
-	LeaseP50ms       float64 `json:"leaseP50ms"`
-	LeaseP99ms       float64 `json:"leaseP99ms"`
-	ListP50ms        float64 `json:"listPodsP50ms"`
-	ListP99ms        float64 `json:"listPodsP99ms"`
-	FalseNotReady    int     `json:"falseNotReady"`
+	// LeasePUTs are the renewals that succeeded in the window (the
+	// percentiles are theirs, by nearest rank); LeaseFailed and
+	// LeaseTimedOut the ones that did not.
+	LeasePUTs     int     `json:"leasePUTs"`
+	LeaseFailed   int     `json:"leaseFailed"`
+	LeaseTimedOut int     `json:"leaseTimedOut"`
+	LeaseP50ms    float64 `json:"leaseP50ms"`
+	LeaseP99ms    float64 `json:"leaseP99ms"`
+	ListP50ms     float64 `json:"listPodsP50ms"`
+	ListP99ms     float64 `json:"listPodsP99ms"`
+	Lists         int     `json:"listPods"`
+	ListErrors    int     `json:"listPodsErrors"`
+	// ChurnDone is the pods deleted in the window, ChurnPerMinDone the
+	// rate achieved, ChurnErrors the churn's requests that failed.
+	ChurnDone       int     `json:"churnDone"`
+	ChurnPerMinDone float64 `json:"churnPerMinDone"`
+	ChurnErrors     int     `json:"churnErrors"`
+	// FalseNotReady is the nodes whose Ready was not True at least once
+	// while their process lived, NotReadyEpisodes the times it went so;
+	// seen by a watch of the Nodes (before: 10 s samples, FailuresCounted
+	// false).
+	FalseNotReady    int `json:"falseNotReady"`
+	NotReadyEpisodes int `json:"notReadyEpisodes"`
+	// FailuresCounted: the line counts failed renewals, lists and churn
+	// requests (lines written before do not: their columns show "?").
+	FailuresCounted bool `json:"failuresCounted,omitempty"`
 	// HollowPSSMiB is the simulator's PSS per node (the name is from when
 	// every node was a hollow kubelet process); SimPSSMiB its processes'
 	// total, SimCPUPercent their CPU over the window (% of one core).
@@ -67,7 +87,7 @@ type result struct {
 	BurstLeaseP99ms float64 `json:"burstLeaseP99ms,omitempty"`
 }
 
-const tableHeader = "| config | sim | N | pods/node | churn/min | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n) | list pods -A p50/p99 ms | false NotReady | sim PSS MiB per node (total) | sim CPU % | load1 | killed node NotReady / pods evicted s | LIST burst: clients, lists (failed), list p99 ms; Lease PUT p99 ms in it (n) |\n" +
+const tableHeader = "| config | sim | N | pods/node | churn/min asked (done; errors) | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n; failed, timed out) | list pods -A p50/p99 ms (n; errors) | false NotReady nodes (times) | sim PSS MiB per node (total) | sim CPU % | load1 | killed node NotReady / pods evicted s | LIST burst: clients, lists (failed), list p99 ms; Lease PUT p99 ms in it (n) |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 func (r *result) print(w io.Writer) {
@@ -115,10 +135,22 @@ func (r *result) row() string {
 	if r.BurstClients > 0 {
 		burst = fmt.Sprintf("%d, %d (%d), %.0f; %.1f (%d)", r.BurstClients, r.BurstLists, r.BurstFailed, r.BurstListP99ms, r.BurstLeaseP99ms, r.BurstLeasePUTs)
 	}
-	return fmt.Sprintf("| %s | %s | %d | %d | %d | %.0f | %.0f | %.0f (%.0f) | %.1f | %.1f (%.2f) | %.1f | %.1f / %.1f (%d) | %.0f / %.0f | %d | %s | %s | %.1f | %s | %s |",
-		r.Label, sim, r.Nodes, r.PodsPerNode, r.ChurnPerMin, r.NodesReadySec, r.PodsRunningSec, r.RSSMiB, r.PeakRSSMiB, r.CPUPercent,
-		r.WritesMBPerHour, r.WritesPerNodeMBh, r.DatastoreMB, r.LeaseP50ms, r.LeaseP99ms, r.LeasePUTs, r.ListP50ms, r.ListP99ms,
-		r.FalseNotReady, pss, simCPU, r.Load1, kill, burst)
+	churn := fmt.Sprintf("%d", r.ChurnPerMin)
+	lease := fmt.Sprintf("%.1f / %.1f (%d; ?)", r.LeaseP50ms, r.LeaseP99ms, r.LeasePUTs)
+	list := fmt.Sprintf("%.0f / %.0f (?)", r.ListP50ms, r.ListP99ms)
+	notReady := fmt.Sprintf("%d (10 s samples)", r.FalseNotReady)
+	if r.FailuresCounted {
+		if r.ChurnPerMin > 0 {
+			churn += fmt.Sprintf(" (%.1f; %d)", r.ChurnPerMinDone, r.ChurnErrors)
+		}
+		lease = fmt.Sprintf("%.1f / %.1f (%d; %d, %d)", r.LeaseP50ms, r.LeaseP99ms, r.LeasePUTs, r.LeaseFailed, r.LeaseTimedOut)
+		list = fmt.Sprintf("%.0f / %.0f (%d; %d)", r.ListP50ms, r.ListP99ms, r.Lists, r.ListErrors)
+		notReady = fmt.Sprintf("%d (%d)", r.FalseNotReady, r.NotReadyEpisodes)
+	}
+	return fmt.Sprintf("| %s | %s | %d | %d | %s | %.0f | %.0f | %.0f (%.0f) | %.1f | %.1f (%.2f) | %.1f | %s | %s | %s | %s | %s | %.1f | %s | %s |",
+		r.Label, sim, r.Nodes, r.PodsPerNode, churn, r.NodesReadySec, r.PodsRunningSec, r.RSSMiB, r.PeakRSSMiB, r.CPUPercent,
+		r.WritesMBPerHour, r.WritesPerNodeMBh, r.DatastoreMB, lease, list,
+		notReady, pss, simCPU, r.Load1, kill, burst)
 }
 
 func (r *result) appendJSON(path string) error {
@@ -260,11 +292,20 @@ func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs
 	if err != nil {
 		return fmt.Errorf("reading the control plane's processes %v: %w", o.pids, err)
 	}
+	names := make(map[string]int, o.n)
+	for j := range o.n {
+		names[f.name(j)] = j
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	notReady, err := watchNotReady(watchCtx, cs, names, f.alive)
+	if err != nil {
+		return err
+	}
 	simBefore := cpuTimes(f.pids())
 	from := time.Now()
 	peak := before.rss
 	var lists []time.Duration
-	notReady := map[string]bool{}
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 	end := time.After(o.duration)
@@ -286,29 +327,27 @@ func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs
 		if t, err := readTotals(o.pids); err == nil && t.rss > peak {
 			peak = t.rss
 		}
-		m, err := readyNodes(ctx, cs, o.prefix)
-		if err == nil {
-			for j := range o.n {
-				if s := m[f.name(j)]; s != corev1.ConditionTrue && f.alive(j) {
-					notReady[f.name(j)] = true
-				}
-			}
-		}
 		if i%3 == 0 {
 			if d, _, err := listAllPods(ctx, cs); err == nil {
 				lists = append(lists, d)
+			} else {
+				res.ListErrors++
 			}
 		}
 		if o.churn > 0 {
 			churnDebt += float64(o.churn) / 6
 			if k := int(churnDebt); k > 0 {
-				if n, err := churnOnce(ctx, cs, ns, name, k); err == nil {
-					churnDebt -= float64(n)
-				}
+				n, failed := churnOnce(ctx, cs, ns, name, k)
+				churnDebt -= float64(n)
+				res.ChurnDone += n
+				res.ChurnErrors += failed
 			}
 		}
 	}
 	to := time.Now()
+	stopWatch()
+	res.FailuresCounted = true
+	res.FalseNotReady, res.NotReadyEpisodes = notReady.counts()
 	var b burstResult
 	if burst != nil {
 		b = <-burst
@@ -328,9 +367,10 @@ func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs
 	res.WritesMBPerHour = perHour
 	res.WritesPerNodeMBh = perHour / float64(o.n)
 	res.DatastoreMB = float64(dirSize(o.datastoreDir)) / 1e6
-	res.FalseNotReady = len(notReady)
 	res.Load1 = procfs.LoadAvg()
 	lists = sortDurations(lists)
+	res.Lists = len(lists)
+	res.ChurnPerMinDone = float64(res.ChurnDone) / window.Minutes()
 	res.ListP50ms, res.ListP99ms = ms(percentile(lists, 50)), ms(percentile(lists, 99))
 	var simPSS int64
 	pids := f.pids()
@@ -355,7 +395,7 @@ func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs
 		return ctx.Err()
 	case <-time.After(31 * time.Second):
 	}
-	var lat, inBurst []time.Duration
+	var lat, inBurst leaseRenewals
 	var errs []error
 	for _, file := range f.latencyFiles() {
 		d, err := readLeaseLatencies(file, from, to)
@@ -363,17 +403,17 @@ func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs
 			errs = append(errs, err)
 			continue
 		}
-		lat = append(lat, d...)
+		lat.addAll(d)
 		if !b.from.IsZero() {
 			d, _ := readLeaseLatencies(file, b.from, b.to)
-			inBurst = append(inBurst, d...)
+			inBurst.addAll(d)
 		}
 	}
-	res.BurstLeasePUTs = len(inBurst)
-	res.BurstLeaseP99ms = ms(percentile(sortDurations(inBurst), 99))
-	lat = sortDurations(lat)
-	res.LeasePUTs = len(lat)
-	res.LeaseP50ms, res.LeaseP99ms = ms(percentile(lat, 50)), ms(percentile(lat, 99))
+	res.BurstLeasePUTs = len(inBurst.ok)
+	res.BurstLeaseP99ms = ms(percentile(sortDurations(inBurst.ok), 99))
+	ok := sortDurations(lat.ok)
+	res.LeasePUTs, res.LeaseFailed, res.LeaseTimedOut = len(ok), lat.failed, lat.timedOut
+	res.LeaseP50ms, res.LeaseP99ms = ms(percentile(ok, 50)), ms(percentile(ok, 99))
 	if len(errs) > 0 {
 		return fmt.Errorf("lease latencies: %w", errors.Join(errs...))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -38,8 +39,9 @@ type hollowConfig struct {
 	Name   string
 }
 
-// leaseLatencyFile is where a hollow node writes the durations of its Lease
-// updates (one per line, microseconds) for the driver to read.
+// leaseLatencyFile is where a hollow node writes its Lease updates (one per
+// line: when it ended, its duration in microseconds, and "failed" or
+// "timeout" unless it succeeded) for the driver to read.
 const leaseLatencyFile = "lease-latency.txt"
 
 // maxLatencySamples bounds the samples a hollow node keeps: an hour of
@@ -177,7 +179,10 @@ func join(ctx context.Context, c hollowConfig, tok nodetoken.Token, paths node.P
 	return nodeconfig.Config{}, err
 }
 
-// leaseTimer times the heartbeat client's Lease updates.
+// leaseTimer times the heartbeat client's Lease updates and records each
+// one's outcome: a renewal that failed (an error, or a status other than
+// 2xx) or timed out (the client's or the request's deadline, or the
+// server's 504) is counted, not dropped.
 type leaseTimer struct {
 	next http.RoundTripper
 	rec  *leaseLatency
@@ -189,38 +194,80 @@ func (l *leaseTimer) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	start := time.Now()
 	resp, err := l.next.RoundTrip(r)
-	if err == nil && resp.StatusCode < 300 {
-		l.rec.add(time.Since(start))
-	}
+	l.rec.add(time.Since(start), renewalOutcome(r, resp, err))
 	return resp, err
 }
 
-// leaseLatency keeps the newest maxLatencySamples durations with the time
-// each update ended.
+// renewalOutcome classifies one Lease PUT. An http.Client's Timeout both
+// cancels the request and puts a deadline on its context, and the cancel
+// can end the round trip a moment before the context reports it: a
+// request that failed at or past its deadline timed out.
+func renewalOutcome(r *http.Request, resp *http.Response, err error) outcome {
+	var ne net.Error
+	deadline, hasDeadline := r.Context().Deadline()
+	switch {
+	case err != nil && (errors.Is(err, context.DeadlineExceeded) || (hasDeadline && !time.Now().Before(deadline)) ||
+		(errors.As(err, &ne) && ne.Timeout())):
+		return renewTimedOut
+	case err != nil:
+		return renewFailed
+	case resp.StatusCode == http.StatusGatewayTimeout:
+		return renewTimedOut
+	case resp.StatusCode >= 300:
+		return renewFailed
+	}
+	return renewOK
+}
+
+// outcome is how a Lease renewal ended.
+type outcome uint8
+
+const (
+	renewOK outcome = iota
+	renewFailed
+	renewTimedOut
+)
+
+// outcomeWord is how the latency file marks an outcome ("" for renewOK, so
+// that a file of successes reads as before outcomes were recorded).
+var outcomeWord = map[outcome]string{renewOK: "", renewFailed: "failed", renewTimedOut: "timeout"}
+
+// leaseLatency keeps the newest maxLatencySamples renewals: the time each
+// ended, its duration and its outcome.
 type leaseLatency struct {
 	mu      sync.Mutex
 	samples []latencySample
 }
 
 type latencySample struct {
-	at time.Time
-	d  time.Duration
+	at      time.Time
+	d       time.Duration
+	outcome outcome
 }
 
-func (l *leaseLatency) add(d time.Duration) {
+// line is the sample's line in the latency file: "<unix s> <µs>[ failed|
+// timeout]".
+func (s latencySample) line() string {
+	if w := outcomeWord[s.outcome]; w != "" {
+		return fmt.Sprintf("%d %d %s\n", s.at.Unix(), s.d.Microseconds(), w)
+	}
+	return fmt.Sprintf("%d %d\n", s.at.Unix(), s.d.Microseconds())
+}
+
+func (l *leaseLatency) add(d time.Duration, o outcome) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.samples) >= maxLatencySamples {
 		l.samples = slices.Delete(l.samples, 0, 1)
 	}
-	l.samples = append(l.samples, latencySample{at: time.Now(), d: d})
+	l.samples = append(l.samples, latencySample{at: time.Now(), d: d, outcome: o})
 }
 
 func (l *leaseLatency) write(path string) error {
 	l.mu.Lock()
 	var b strings.Builder
 	for _, s := range l.samples {
-		fmt.Fprintf(&b, "%d %d\n", s.at.Unix(), s.d.Microseconds())
+		b.WriteString(s.line())
 	}
 	l.mu.Unlock()
 	tmp := path + ".tmp"

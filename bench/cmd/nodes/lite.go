@@ -366,7 +366,7 @@ func (l *leaseLatency) appendTo(path string) error {
 	l.mu.Unlock()
 	var b strings.Builder
 	for _, s := range samples {
-		fmt.Fprintf(&b, "%d %d\n", s.at.Unix(), s.d.Microseconds())
+		b.WriteString(s.line())
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {

@@ -72,30 +72,50 @@ func dirSize(dir string) int64 {
 	return n
 }
 
-// readLeaseLatencies reads a hollow node's lease latency file and keeps the
-// samples taken in [from, to].
-func readLeaseLatencies(path string, from, to time.Time) ([]time.Duration, error) {
+// leaseRenewals are the Lease renewals of a window: the durations of those
+// that succeeded, and how many failed or timed out.
+type leaseRenewals struct {
+	ok               []time.Duration
+	failed, timedOut int
+}
+
+func (l *leaseRenewals) addAll(o leaseRenewals) {
+	l.ok = append(l.ok, o.ok...)
+	l.failed += o.failed
+	l.timedOut += o.timedOut
+}
+
+// readLeaseLatencies reads a node's (or a lite process's) lease latency file
+// and keeps the renewals that ended in [from, to].
+func readLeaseLatencies(path string, from, to time.Time) (leaseRenewals, error) {
+	var out leaseRenewals
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	defer f.Close()
-	var out []time.Duration
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		at, us, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 || len(fields) > 3 {
 			continue
 		}
-		sec, err1 := strconv.ParseInt(at, 10, 64)
-		micro, err2 := strconv.ParseInt(us, 10, 64)
+		sec, err1 := strconv.ParseInt(fields[0], 10, 64)
+		micro, err2 := strconv.ParseInt(fields[1], 10, 64)
 		if err1 != nil || err2 != nil {
 			continue
 		}
 		if t := time.Unix(sec, 0); t.Before(from.Truncate(time.Second)) || t.After(to) {
 			continue
 		}
-		out = append(out, time.Duration(micro)*time.Microsecond)
+		switch {
+		case len(fields) == 2:
+			out.ok = append(out.ok, time.Duration(micro)*time.Microsecond)
+		case fields[2] == outcomeWord[renewTimedOut]:
+			out.timedOut++
+		default:
+			out.failed++
+		}
 	}
 	return out, sc.Err()
 }

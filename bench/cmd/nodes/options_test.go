@@ -1,8 +1,11 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,53 +84,125 @@ func TestLeaseLatencyFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), leaseLatencyFile)
 	l := &leaseLatency{}
 	base := time.Unix(1_800_000_000, 0)
-	for i, d := range []time.Duration{5 * time.Millisecond, 7 * time.Millisecond, 90 * time.Millisecond, 3 * time.Millisecond} {
-		l.samples = append(l.samples, latencySample{at: base.Add(time.Duration(i) * 10 * time.Second), d: d})
+	for i, s := range []latencySample{
+		{d: 5 * time.Millisecond}, {d: 7 * time.Millisecond}, {d: 10 * time.Second, outcome: renewTimedOut},
+		{d: 90 * time.Millisecond}, {d: 2 * time.Millisecond, outcome: renewFailed}, {d: 3 * time.Millisecond},
+	} {
+		s.at = base.Add(time.Duration(i) * 10 * time.Second)
+		l.samples = append(l.samples, s)
 	}
 	if err := l.write(path); err != nil {
 		t.Fatal(err)
 	}
+	ms := func(n ...int) []time.Duration {
+		var out []time.Duration
+		for _, v := range n {
+			out = append(out, time.Duration(v)*time.Millisecond)
+		}
+		return out
+	}
 	for _, tc := range []struct {
-		name     string
-		from, to time.Time
-		want     []time.Duration
+		name             string
+		from, to         time.Time
+		want             []time.Duration
+		failed, timedOut int
 	}{
-		{"all", base, base.Add(time.Minute), []time.Duration{5 * time.Millisecond, 7 * time.Millisecond, 90 * time.Millisecond, 3 * time.Millisecond}},
-		{"window", base.Add(5 * time.Second), base.Add(25 * time.Second), []time.Duration{7 * time.Millisecond, 90 * time.Millisecond}},
-		{"none", base.Add(time.Hour), base.Add(2 * time.Hour), nil},
+		{"all", base, base.Add(time.Minute), ms(5, 7, 90, 3), 1, 1},
+		{"window", base.Add(5 * time.Second), base.Add(35 * time.Second), ms(7, 90), 0, 1},
+		{"a failure", base.Add(35 * time.Second), base.Add(45 * time.Second), nil, 1, 0},
+		{"none", base.Add(time.Hour), base.Add(2 * time.Hour), nil, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := readLeaseLatencies(path, tc.from, tc.to)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(got) != len(tc.want) {
-				t.Fatalf("got %v, want %v", got, tc.want)
+			if !slices.Equal(got.ok, tc.want) || got.failed != tc.failed || got.timedOut != tc.timedOut {
+				t.Errorf("got %v, %d failed, %d timed out; want %v, %d failed, %d timed out",
+					got.ok, got.failed, got.timedOut, tc.want, tc.failed, tc.timedOut)
 			}
-			for i := range got {
-				if got[i] != tc.want[i] {
-					t.Errorf("sample %d: %v, want %v", i, got[i], tc.want[i])
-				}
+		})
+	}
+}
+
+// TestLeaseTimer: every Lease PUT is recorded with its outcome, against a
+// real HTTP server: a success, a conflict and a server error fail, a
+// response slower than the client's timeout and the server's 504 time out.
+// Other requests are not recorded.
+func TestLeaseTimer(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Query().Get("answer") {
+		case "slow":
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		case "conflict":
+			w.WriteHeader(http.StatusConflict)
+		case "error":
+			w.WriteHeader(http.StatusInternalServerError)
+		case "504":
+			w.WriteHeader(http.StatusGatewayTimeout)
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	rec := &leaseLatency{}
+	client := &http.Client{Transport: &leaseTimer{next: srv.Client().Transport, rec: rec}, Timeout: 200 * time.Millisecond}
+	lease := srv.URL + "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1?answer="
+	for _, tc := range []struct {
+		method, url string
+		want        []outcome
+	}{
+		{http.MethodPut, lease + "ok", []outcome{renewOK}},
+		{http.MethodPut, lease + "conflict", []outcome{renewFailed}},
+		{http.MethodPut, lease + "error", []outcome{renewFailed}},
+		{http.MethodPut, lease + "504", []outcome{renewTimedOut}},
+		{http.MethodPut, lease + "slow", []outcome{renewTimedOut}},
+		{http.MethodGet, lease + "slow", nil},
+		{http.MethodPut, srv.URL + "/api/v1/nodes/n1/status?answer=error", nil},
+	} {
+		t.Run(tc.method+" "+strings.TrimPrefix(tc.url, srv.URL), func(t *testing.T) {
+			rec.samples = nil
+			req, err := http.NewRequest(tc.method, tc.url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+			}
+			var got []outcome
+			for _, s := range rec.samples {
+				got = append(got, s.outcome)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("recorded %v, want %v (0 ok, 1 failed, 2 timed out)", got, tc.want)
 			}
 		})
 	}
 }
 
 func TestPercentile(t *testing.T) {
-	var d []time.Duration
-	for i := 100; i >= 1; i-- {
-		d = append(d, time.Duration(i)*time.Millisecond)
+	ms := func(n int) []time.Duration {
+		var d []time.Duration
+		for i := n; i >= 1; i-- {
+			d = append(d, time.Duration(i)*time.Millisecond)
+		}
+		return sortDurations(d)
 	}
-	d = sortDurations(d)
 	for _, tc := range []struct {
+		n    int
 		p    float64
 		want time.Duration
-	}{{50, 50 * time.Millisecond}, {99, 99 * time.Millisecond}, {0, time.Millisecond}, {100, 100 * time.Millisecond}} {
-		if got := percentile(d, tc.p); got != tc.want {
-			t.Errorf("p%v = %v, want %v", tc.p, got, tc.want)
+	}{
+		{100, 50, 50 * time.Millisecond}, {100, 99, 99 * time.Millisecond}, {100, 0, time.Millisecond}, {100, 100, 100 * time.Millisecond},
+		// Nearest rank: the p99 of fewer than 100 samples is their maximum.
+		{3, 99, 3 * time.Millisecond}, {10, 99, 10 * time.Millisecond}, {10, 50, 5 * time.Millisecond},
+		{200, 99, 198 * time.Millisecond}, {1, 50, time.Millisecond}, {0, 99, 0},
+	} {
+		if got := percentile(ms(tc.n), tc.p); got != tc.want {
+			t.Errorf("p%v of 1..%d ms = %v, want %v", tc.p, tc.n, got, tc.want)
 		}
-	}
-	if got := percentile(nil, 99); got != 0 {
-		t.Errorf("p99 of nothing = %v, want 0", got)
 	}
 }

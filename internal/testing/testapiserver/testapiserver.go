@@ -36,9 +36,22 @@ type Server struct {
 	Dir string
 }
 
+// Options tune StartWith.
+type Options struct {
+	// APIs makes API groups of edgeplane's own for the chain to serve
+	// (chain.Config.APIs), once the PKI exists.
+	APIs func(pki *certs.PKI) ([]chain.APIInstaller, error)
+}
+
 // Start brings up certificates, SQLite and the API server chain, and
 // registers their stop with t.Cleanup.
 func Start(t *testing.T, ctx context.Context) *Server {
+	t.Helper()
+	return StartWith(t, ctx, Options{})
+}
+
+// StartWith is Start with o.
+func StartWith(t *testing.T, ctx context.Context, o Options) *Server {
 	t.Helper()
 	dir := t.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -81,8 +94,16 @@ func Start(t *testing.T, ctx context.Context) *Server {
 		_ = l.Close()
 	}
 	testenv.Require(t, "a host address to advertise (an interface with a default route)", err)
+	var apis []chain.APIInstaller
+	if o.APIs != nil {
+		if apis, err = o.APIs(pki); err != nil {
+			_ = l.Close()
+			t.Fatal(err)
+		}
+	}
 	sc := store.Client()
 	apiserver, err := chain.New(chain.Config{
+		APIs:     apis,
 		Listener: l, AdvertiseAddress: advertise, ServiceCIDR: serviceCIDR, ClusterDomain: "cluster.local",
 		StateDir: filepath.Join(dir, "config"),
 		Files: chain.Files{

@@ -41,6 +41,12 @@ var ByDesign = map[string]string{
 	// and the NetworkPolicy tests run the same paths in make test).
 	"net-figures": "measures the cluster network figures of docs/NETWORKING.md: two two-node clusters and two idle minutes; " +
 		"runs with EDGEPLANE_NET_FIGURES=1 (make bench-network)",
+	// Figures of docs/ADDONS.md, not a check of behaviour (TestLocalStorage).
+	"local-storage-figures": "measures the idle RSS of a server node with local storage on and off (docs/ADDONS.md): " +
+		"four servers idle for minutes each; runs with EDGEPLANE_LOCALSTORAGE_FIGURES=node (under the e2e lock) or =control-plane",
+	// make bench-metrics: figures (TestMetricsServer checks the behaviour).
+	"metrics-figures": "measures the idle RSS and CPU of the resource metrics part of docs/ADDONS.md: four servers, each idle " +
+		"for minutes; runs with EDGEPLANE_METRICS_FIGURES=1 (as nodes; make bench-metrics) or =control-plane",
 	// make conformance: the upstream [Conformance] suite, about an hour per
 	// datastore (docs/CONFORMANCE.md).
 	"conformance": "runs the upstream [Conformance] suite on a two-node cluster, about an hour; " +
