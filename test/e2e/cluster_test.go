@@ -45,6 +45,10 @@ type twoNodeOptions struct {
 	// registry configuration directory (testcontainerd.Options): a test's
 	// registry mirror listens there.
 	RegistryConfigDir func(t *testing.T, hostIP string) string
+	// RouteServiceCIDR gives each namespace a route for the Service range
+	// (below); only the conformance run asks for it (aggregated APIs and
+	// webhooks reached by their ClusterIP from the node itself).
+	RouteServiceCIDR bool
 	// Bin runs another edgeplane binary (an older version) for both
 	// nodes; empty: the one under test.
 	Bin string
@@ -216,7 +220,9 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		// have no default route (nothing of a test leaves the host), so the
 		// Service range gets a route into loopback: what is translated to
 		// an endpoint is routed again to it, the rest is dropped there.
-		ipCmd(t, "-n", side.ns, "route", "add", serviceCIDR, "dev", "lo")
+		if opts.RouteServiceCIDR {
+			ipCmd(t, "-n", side.ns, "route", "add", serviceCIDR, "dev", "lo")
+		}
 	}
 
 	// Before containerd: the cgroup roots are removed after the pods are.

@@ -56,9 +56,10 @@ func TestConformance(t *testing.T) {
 	}
 	begin := time.Now()
 	c := startTwoNodeCluster(t, twoNodeOptions{
-		ServerArgs:    append([]string{"--datastore", datastore}, conformanceNodeArgs...),
-		AgentArgs:     conformanceNodeArgs,
-		PerQoSCgroups: true,
+		ServerArgs:       append([]string{"--datastore", datastore}, conformanceNodeArgs...),
+		AgentArgs:        conformanceNodeArgs,
+		PerQoSCgroups:    true,
+		RouteServiceCIDR: true,
 		RegistryConfigDir: func(t *testing.T, hostIP string) string {
 			l, err := reg.Serve(hostIP + ":0")
 			if err != nil {
