@@ -51,6 +51,9 @@ var ByDesign = map[string]string{
 	// datastore (docs/CONFORMANCE.md).
 	"conformance": "runs the upstream [Conformance] suite on a two-node cluster, about an hour; " +
 		"runs with EDGEPLANE_CONFORMANCE_DIR set to a built cache (make conformance)",
+	// Figures of docs/ADDONS.md, "Ingress" (TestIngress checks the behaviour).
+	"ingress-footprint": "measures the idle RSS of a server node with the Ingress controller on and off (docs/ADDONS.md): " +
+		"two servers idle for minutes each; runs with EDGEPLANE_INGRESS_FOOTPRINT set to an idle duration (e.g. 3m), under the e2e lock",
 }
 
 // CI reports whether the tests run in CI, where a missing precondition is a
