@@ -74,10 +74,24 @@ func (c *Controller) publishEndpoints(ctx context.Context, svc *corev1.Service, 
 			continue
 		}
 		want := wantSlice(svc, name, v6, c.o.NodeName, addrs, ready, httpPort, httpsPort)
-		switch {
-		case cur == nil:
+		if cur == nil {
 			c.writes.Add(1)
 			_, err = c.client.DiscoveryV1().EndpointSlices(ServiceNamespace).Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager})
+			if !apierrors.IsAlreadyExists(err) {
+				if err != nil {
+					errs = append(errs, fmt.Errorf("EndpointSlice %s/%s: %w", ServiceNamespace, name, err))
+				}
+				continue
+			}
+			// The cache has not seen the slice yet (this controller's own
+			// create a moment ago): compare with the live one instead.
+			cur, err = c.client.DiscoveryV1().EndpointSlices(ServiceNamespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				errs = append(errs, fmt.Errorf("EndpointSlice %s/%s: %w", ServiceNamespace, name, err))
+				continue
+			}
+		}
+		switch {
 		case !sameSlice(cur, want):
 			upd := cur.DeepCopy()
 			upd.ManagedFields = nil
