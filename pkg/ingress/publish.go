@@ -91,19 +91,32 @@ func (c *Controller) publishEndpoints(ctx context.Context, svc *corev1.Service, 
 				continue
 			}
 		}
-		switch {
-		case !sameSlice(cur, want):
-			upd := cur.DeepCopy()
-			upd.ManagedFields = nil
-			c.writes.Add(1) // the cache holds only their managers: leave them as they are
-			upd.Labels, upd.OwnerReferences, upd.AddressType, upd.Endpoints, upd.Ports = want.Labels, want.OwnerReferences, want.AddressType, want.Endpoints, want.Ports
-			_, err = c.client.DiscoveryV1().EndpointSlices(ServiceNamespace).Update(ctx, upd, metav1.UpdateOptions{FieldManager: fieldManager})
+		err = c.updateSlice(ctx, cur, want)
+		if apierrors.IsConflict(err) {
+			// The cache is behind this controller's own last write:
+			// compare with the live slice instead.
+			if cur, err = c.client.DiscoveryV1().EndpointSlices(ServiceNamespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
+				err = c.updateSlice(ctx, cur, want)
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("EndpointSlice %s/%s: %w", ServiceNamespace, name, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// updateSlice brings cur to want; it writes nothing when they are alike.
+func (c *Controller) updateSlice(ctx context.Context, cur, want *discoveryv1.EndpointSlice) error {
+	if sameSlice(cur, want) {
+		return nil
+	}
+	upd := cur.DeepCopy()
+	upd.ManagedFields = nil
+	c.writes.Add(1) // the cache holds only their managers: leave them as they are
+	upd.Labels, upd.OwnerReferences, upd.AddressType, upd.Endpoints, upd.Ports = want.Labels, want.OwnerReferences, want.AddressType, want.Endpoints, want.Ports
+	_, err := c.client.DiscoveryV1().EndpointSlices(ServiceNamespace).Update(ctx, upd, metav1.UpdateOptions{FieldManager: fieldManager})
+	return err
 }
 
 func wantSlice(svc *corev1.Service, name string, v6 bool, node string, addrs []string, ready bool, httpPort, httpsPort int32) *discoveryv1.EndpointSlice {

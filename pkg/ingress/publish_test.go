@@ -46,7 +46,7 @@ func TestPublishBehindCache(t *testing.T) {
 	c.factory = informers.NewSharedInformerFactory(c.client, 0)
 	name := sliceName("n1", false)
 	earlier := wantSlice(svc, name, false, "n1", []string{"192.0.2.1"}, false, 80, 443)
-	create(t, cs.DiscoveryV1().EndpointSlices(ServiceNamespace).Create, earlier)
+	earlier = create(t, cs.DiscoveryV1().EndpointSlices(ServiceNamespace).Create, earlier)
 
 	if err := c.publishEndpoints(ctx, svc, 80, 443); err != nil {
 		t.Fatalf("publish with the slice in the API but not in the cache: %v", err)
@@ -58,5 +58,15 @@ func TestPublishBehindCache(t *testing.T) {
 	want := wantSlice(svc, name, false, "n1", []string{"192.0.2.1"}, true, 80, 443)
 	if !sameSlice(got, want) {
 		t.Fatalf("the live slice is %+v, want %+v (ready once both ports are bound)", got.Endpoints, want.Endpoints)
+	}
+
+	// The cache holds the slice as first created (not ready, an older
+	// resourceVersion) while the API has the ready one: the update meets a
+	// conflict, and the live slice is already as wanted.
+	if err := c.factory.Discovery().V1().EndpointSlices().Informer().GetIndexer().Add(earlier); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.publishEndpoints(ctx, svc, 80, 443); err != nil {
+		t.Fatalf("publish with a stale slice in the cache: %v", err)
 	}
 }
