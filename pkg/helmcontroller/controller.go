@@ -47,6 +47,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/internal/kubeclient"
 )
 
@@ -238,16 +239,7 @@ func (c *Controller) Stop(ctx context.Context) error {
 	c.stopped = true
 	cancel, done := c.cancel, c.done
 	c.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return component.StopWorker(ctx, cancel, done)
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {

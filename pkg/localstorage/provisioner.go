@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +27,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/internal/kubeclient"
 )
 
@@ -175,17 +175,7 @@ func (p *Provisioner) Ready(ctx context.Context) error {
 	p.mu.Lock()
 	synced := p.synced
 	p.mu.Unlock()
-	if len(synced) == 0 {
-		return errors.New("local-storage: not started")
-	}
-	return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-		for _, s := range synced {
-			if !s() {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+	return component.WaitSynced(ctx, "local-storage", synced)
 }
 
 // Stop stops the worker and the informers.
@@ -194,16 +184,7 @@ func (p *Provisioner) Stop(ctx context.Context) error {
 	p.stopped = true
 	cancel, done := p.cancel, p.done
 	p.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return component.StopWorker(ctx, cancel, done)
 }
 
 func (p *Provisioner) enqueueClaim(obj any) {

@@ -25,15 +25,14 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"time"
 
+	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -141,17 +140,7 @@ func (c *Controller) Ready(ctx context.Context) error {
 	c.mu.Lock()
 	synced := c.synced
 	c.mu.Unlock()
-	if len(synced) == 0 {
-		return errors.New("servicelb: not started")
-	}
-	return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-		for _, s := range synced {
-			if !s() {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+	return component.WaitSynced(ctx, "servicelb", synced)
 }
 
 // Stop stops the worker and the informers.
@@ -160,16 +149,7 @@ func (c *Controller) Stop(ctx context.Context) error {
 	c.stopped = true
 	cancel, done := c.cancel, c.done
 	c.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return component.StopWorker(ctx, cancel, done)
 }
 
 func (c *Controller) enqueueService(obj any) {
