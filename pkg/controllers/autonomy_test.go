@@ -2,9 +2,11 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -34,7 +37,7 @@ import (
 // the partition taints for testToleration; "well past" it is testMargin more.
 const (
 	testRenewInterval = 500 * time.Millisecond
-	testGracePeriod   = 4 * time.Second
+	testGracePeriod   = 6 * time.Second
 	testToleration    = 3 // seconds
 	testMargin        = 8 * time.Second
 )
@@ -340,27 +343,26 @@ func registerNode(t *testing.T, ctx context.Context, client kubernetes.Interface
 	return n
 }
 
-// postReady posts the node's status Ready, as its kubelet does.
+// postReady posts the node's status Ready, as its kubelet does: a patch of
+// the status alone (an update would send the taints it read, which
+// NodeRestriction refuses once the controllers changed them).
 func (n *testNode) postReady(t *testing.T, ctx context.Context) {
 	t.Helper()
+	now := metav1.Now()
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
 	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		node, err := n.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		node.Status.Capacity, node.Status.Allocatable = capacity, capacity
-		now := metav1.Now()
-		node.Status.Conditions = []corev1.NodeCondition{{
+	patch, err := json.Marshal(map[string]any{"status": corev1.NodeStatus{
+		Capacity: capacity, Allocatable: capacity,
+		Conditions: []corev1.NodeCondition{{
 			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 			LastHeartbeatTime: now, LastTransitionTime: now,
-		}}
-		_, err = n.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
-		return err
-	})
+		}},
+	}})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.client.CoreV1().Nodes().PatchStatus(ctx, n.name, patch); err != nil {
 		t.Fatalf("node %s posts Ready: %v", n.name, err)
 	}
 }
@@ -505,5 +507,48 @@ func holdUntil(t *testing.T, ctx context.Context, what string, deadline time.Tim
 	})
 	if failed != nil {
 		t.Fatalf("%s: %v", what, failed)
+	}
+}
+
+// TestHidePartitionTaints: the taint-eviction controller's Node informer
+// drops only the unreachable and not-ready NoExecute taints, and only of
+// nodes labelled edgeplane.io/autonomous=true.
+func TestHidePartitionTaints(t *testing.T) {
+	taint := func(key string, effect corev1.TaintEffect) corev1.Taint {
+		return corev1.Taint{Key: key, Effect: effect}
+	}
+	all := []corev1.Taint{
+		taint(corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute),
+		taint(corev1.TaintNodeUnreachable, corev1.TaintEffectNoSchedule),
+		taint(corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute),
+		taint(corev1.TaintNodeOutOfService, corev1.TaintEffectNoExecute),
+		taint("example.com/maintenance", corev1.TaintEffectNoExecute),
+	}
+	kept := []corev1.Taint{all[1], all[3], all[4]}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   []corev1.Taint
+	}{
+		{"autonomous", map[string]string{AutonomousLabel: "true"}, kept},
+		{"not labelled", nil, all},
+		{"labelled false", map[string]string{AutonomousLabel: "false"}, all},
+		{"labelled True", map[string]string{AutonomousLabel: "True"}, all},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: tc.labels}, Spec: corev1.NodeSpec{Taints: slices.Clone(all)}}
+			got, err := hidePartitionTaints(node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if taints := got.(*corev1.Node).Spec.Taints; !slices.Equal(taints, tc.want) {
+				t.Errorf("taints %v, want %v", taints, tc.want)
+			}
+		})
+	}
+	// Anything else (a tombstone) passes through.
+	tomb := cache.DeletedFinalStateUnknown{Key: "n"}
+	if got, _ := hidePartitionTaints(tomb); got != tomb {
+		t.Errorf("a tombstone became %v", got)
 	}
 }
