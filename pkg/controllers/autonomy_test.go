@@ -250,6 +250,12 @@ func TestAutonomousNodes(t *testing.T) {
 			func(ctx context.Context) error { return kept(ctx, autoPods...) })
 		holdUntil(t, ctx, "the pod of the node labelled while tainted kept", tainted["edge-label"].Add(3*testToleration*time.Second+testMargin),
 			func(ctx context.Context) error { return kept(ctx, "p-label") })
+		// Their status is upstream's: not Ready, so out of Service endpoints.
+		if p, err := admin.CoreV1().Pods("default").Get(ctx, "p-auto", metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		} else if c := podCondition(p, corev1.PodReady); c == nil || c.Status != corev1.ConditionFalse {
+			t.Errorf("p-auto on an unreachable node: Ready condition %+v, want False (set by the node lifecycle controller)", c)
+		}
 		if l, err := admin.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + deployment}); err != nil {
 			t.Fatal(err)
 		} else if len(l.Items) != 1 {
@@ -470,12 +476,20 @@ func latest(times map[string]time.Time, nodes ...string) time.Time {
 
 // disruption names the pod's DisruptionTarget condition, if any.
 func disruption(p *corev1.Pod) string {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.DisruptionTarget {
-			return c.Reason + ": " + c.Message
-		}
+	if c := podCondition(p, corev1.DisruptionTarget); c != nil {
+		return c.Reason + ": " + c.Message
 	}
 	return "no DisruptionTarget condition"
+}
+
+// podCondition is the pod's condition of type t, or nil.
+func podCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // pollFor is poll with its own bound.
