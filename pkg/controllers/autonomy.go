@@ -55,8 +55,9 @@ const taintEvictionInformerAgent = "/taint-eviction-informers"
 // informers use the controller-manager's identity (kubeconfig), as upstream's
 // shared informers do; it deletes pods with the node-controller service
 // account's token and RBAC role, as upstream's does (core: the client that
-// requests that token). Its Pod informer holds only bound pods, and of each
-// only what the controller reads (trimPod).
+// requests that token). Its informers keep only what the controller reads:
+// of bound pods their name, node and tolerations (trimPod), of nodes their
+// name and taints (hidePartitionTaints).
 func runTaintEviction(ctx context.Context, kubeconfig *rest.Config, core typedcorev1.CoreV1Interface) error {
 	cfg := rest.CopyConfig(kubeconfig)
 	cfg.UserAgent = rest.DefaultKubernetesUserAgent() + taintEvictionInformerAgent
@@ -100,22 +101,24 @@ func runTaintEviction(ctx context.Context, kubeconfig *rest.Config, core typedco
 // (or cancels) the eviction of its pods. When the label is removed while
 // the node is tainted, the controller sees the taints appear and evicts as
 // upstream would for a taint added at that moment: each pod after its
-// tolerationSeconds, counted from then.
+// tolerationSeconds, counted from then. Of each Node it keeps only what the
+// controller reads: its name and taints.
 func hidePartitionTaints(obj any) (any, error) {
 	node, ok := obj.(*corev1.Node)
-	if !ok || !Autonomous(node) || len(node.Spec.Taints) == 0 {
+	if !ok {
 		return obj, nil
 	}
-	// Safe to change in place: the informer owns an object it transforms.
-	kept := node.Spec.Taints[:0]
+	var taints []corev1.Taint
 	for _, t := range node.Spec.Taints {
-		if t.Effect == corev1.TaintEffectNoExecute && partitionTaints[t.Key] {
+		if Autonomous(node) && t.Effect == corev1.TaintEffectNoExecute && partitionTaints[t.Key] {
 			continue
 		}
-		kept = append(kept, t)
+		taints = append(taints, t)
 	}
-	node.Spec.Taints = kept
-	return node, nil
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion},
+		Spec:       corev1.NodeSpec{Taints: taints},
+	}, nil
 }
 
 // trimPod is the Pod informer's transform: it keeps what the taint-eviction

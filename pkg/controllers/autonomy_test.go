@@ -555,8 +555,8 @@ func TestHidePartitionTaints(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if taints := got.(*corev1.Node).Spec.Taints; !slices.Equal(taints, tc.want) {
-				t.Errorf("taints %v, want %v", taints, tc.want)
+			if taints := got.(*corev1.Node).Spec.Taints; !slices.Equal(taints, tc.want) || got.(*corev1.Node).Name != "n" {
+				t.Errorf("node %q, taints %v; want n, taints %v", got.(*corev1.Node).Name, taints, tc.want)
 			}
 		})
 	}
