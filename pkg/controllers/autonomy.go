@@ -12,6 +12,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/controller-manager/pkg/clientbuilder"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-controller-manager/names"
 	"k8s.io/kubernetes/pkg/controller"
 	"k8s.io/kubernetes/pkg/controller/tainteviction"
@@ -59,6 +60,8 @@ const taintEvictionInformerAgent = "/taint-eviction-informers"
 // of bound pods their name, node and tolerations (trimPod), of nodes their
 // name and taints (hidePartitionTaints).
 func runTaintEviction(ctx context.Context, kubeconfig *rest.Config, core typedcorev1.CoreV1Interface) error {
+	// Named as upstream names each controller's logger.
+	ctx = klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), names.TaintEvictionController))
 	cfg := rest.CopyConfig(kubeconfig)
 	cfg.UserAgent = rest.DefaultKubernetesUserAgent() + taintEvictionInformerAgent
 	informerClient, err := kubernetes.NewForConfig(cfg)
