@@ -211,6 +211,10 @@ func writeConfig(path string, content []byte) (bool, error) {
 	return changed, os.Chmod(path, 0o600)
 }
 
+// CheckDir tells whether a managed containerd can run in dir: its socket
+// path must be short enough to bind.
+func CheckDir(dir string) error { return checkSocketPath(filepath.Join(dir, SocketFile)) }
+
 // checkSocketPath refuses a socket path the kernel cannot bind.
 func checkSocketPath(socket string) error {
 	if n := len(socket) + len(ttrpcSuffix); n > maxSocketPath {

@@ -186,6 +186,9 @@ func (c *Containerd) Endpoint() string { return "unix://" + c.socket }
 // Socket is the socket's path.
 func (c *Containerd) Socket() string { return c.socket }
 
+// CgroupDriver is the cgroup driver runc is configured with.
+func (c *Containerd) CgroupDriver() string { return c.cfg.CgroupDriver }
+
 // Binary is the containerd that runs.
 func (c *Containerd) Binary() *Binary { return c.binary }
 
