@@ -302,3 +302,14 @@ func TestLogFile(t *testing.T) {
 		t.Errorf("tail %q does not end with the last line", tail)
 	}
 }
+
+func TestChildEnv(t *testing.T) {
+	got := childEnv([]string{"HOME=/root", "NOTIFY_SOCKET=/run/systemd/notify", "PATH=/usr/bin:/bin"}, "/opt/edgeplane")
+	want := []string{"HOME=/root", "PATH=/opt/edgeplane:/usr/bin:/bin"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("childEnv = %q, want %q (no NOTIFY_SOCKET, the binary's directory first on the PATH)", got, want)
+	}
+	if got := childEnv(nil, "/opt/edgeplane"); strings.Join(got, " ") != "PATH=/opt/edgeplane" {
+		t.Errorf("childEnv with no PATH = %q, want PATH=/opt/edgeplane", got)
+	}
+}

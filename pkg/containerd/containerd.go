@@ -264,14 +264,35 @@ func (c *Containerd) Start(ctx context.Context) error {
 // command is one run of containerd.
 func (c *Containerd) command() *exec.Cmd {
 	cmd := exec.Command(c.binary.Path, "--config", c.configPath)
-	// The shim and runc beside a shipped containerd come first.
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(c.binary.Path)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Env = childEnv(os.Environ(), filepath.Dir(c.binary.Path))
 	cmd.Stdout, cmd.Stderr = c.log, c.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	// Should anything containerd started keep its output pipe open, Wait
 	// returns anyway.
 	cmd.WaitDelay = 2 * time.Second
 	return cmd
+}
+
+// childEnv is containerd's environment: edgeplane's, with the directory
+// of the containerd binary first on the PATH (the shim and runc a release
+// folder ships beside it come first) and without NOTIFY_SOCKET (containerd
+// notifies systemd when it is ready: that is edgeplane's to say, once the
+// node is ready).
+func childEnv(environ []string, binDir string) []string {
+	out := make([]string, 0, len(environ)+1)
+	path := binDir
+	for _, kv := range environ {
+		switch {
+		case strings.HasPrefix(kv, "NOTIFY_SOCKET="):
+		case strings.HasPrefix(kv, "PATH="):
+			if rest := strings.TrimPrefix(kv, "PATH="); rest != "" {
+				path += string(os.PathListSeparator) + rest
+			}
+		default:
+			out = append(out, kv)
+		}
+	}
+	return append(out, "PATH="+path)
 }
 
 // supervise runs containerd until Stop, restarting it when it dies. The
