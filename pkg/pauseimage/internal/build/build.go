@@ -167,7 +167,7 @@ func Image(name, goarch string, program []byte) ([]byte, error) {
 	manifest := add(mediaTypeManifest, manifestJSON)
 	manifest["platform"] = platform
 	manifest["annotations"] = map[string]string{
-		"io.containerd.image.name":           name,
+		"io.containerd.image.name":          name,
 		"org.opencontainers.image.ref.name": name,
 	}
 	indexJSON, err := json.Marshal(map[string]any{
