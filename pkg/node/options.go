@@ -13,12 +13,12 @@ import (
 
 	"github.com/edgeplane/edgeplane/pkg/cni"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
+	"github.com/edgeplane/edgeplane/pkg/pauseimage"
 )
 
-// defaultPauseImage is the sandbox image of Debian's and upstream's
-// containerd 1.6 configuration; edgeplane pins it when it imports it from
-// the airgap directory, so that the kubelet's image GC keeps it.
-const defaultPauseImage = "registry.k8s.io/pause:3.6"
+// defaultPauseImage is the pause image embedded in edgeplane, imported
+// into the runtime when the node starts (pkg/pauseimage).
+const defaultPauseImage = pauseimage.Name
 
 // Options are the flags of a node, shared by `edgeplane agent` and by a
 // server that is its own node.
@@ -49,7 +49,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.KubeletArgs, "kubelet-arg", o.KubeletArgs, "Kubelet flag name=value, without dashes (repeatable); overrides edgeplane's setting of it.")
 	fs.StringVar(&o.CNIConfDir, "cni-conf-dir", o.CNIConfDir, "Directory the container runtime reads CNI network configurations from; edgeplane writes the node's pod network there.")
 	fs.StringVar(&o.PodLogsDir, "pod-logs-dir", o.PodLogsDir, "Directory of the containers' log files (the kubelet's podLogsDir; default /var/log/pods). Two nodes on one host need one each: each kubelet removes the other's logs.")
-	fs.StringVar(&o.PauseImage, "pause-image", o.PauseImage, "Sandbox (pause) image the container runtime is configured with (containerd: sandbox_image); kept from image garbage collection when imported from the airgap directory.")
+	fs.StringVar(&o.PauseImage, "pause-image", o.PauseImage, "Sandbox (pause) image the container runtime is configured with (containerd: sandbox_image). The default is the pause image inside edgeplane, imported at start and again whenever image garbage collection removed it; another image comes from the airgap directory (pinned there) or a registry.")
 }
 
 // Settings are parsed Options: this node's own settings.
