@@ -23,14 +23,18 @@ import (
 // CRI auth entries (Auths) for a containerd of the test's own: a CRI
 // PullImage of docker.io/library/hello:1.0 is served by the mirror with
 // the right password, and fails with an error that says unauthorized with
-// a wrong one. No other registry is reachable.
+// a wrong one. A mirror for * (the _default directory) with the
+// credentials of configs."*" serves quay.io's name. No other registry is
+// reachable.
 func TestPullThroughMirror(t *testing.T) {
 	const name = "docker.io/library/hello:1.0"
 	images := t.TempDir()
-	img := testimage.Busybox()
-	img.Name = name
-	if _, err := testimage.Write(images, img); err != nil {
-		t.Fatal(err)
+	for _, n := range []string{name, "quay.io/edge/hello:1.0"} {
+		img := testimage.Busybox()
+		img.Name = n
+		if _, err := testimage.Write(images, img); err != nil {
+			t.Fatal(err)
+		}
 	}
 	reg, err := testregistry.New(images)
 	if err != nil {
@@ -45,16 +49,21 @@ func TestPullThroughMirror(t *testing.T) {
 	addr := l.Addr().String()
 
 	for _, tc := range []struct {
-		name, password string
-		wantErr        string
+		name, image, password string
+		wildcard              bool
+		wantErr               string
 	}{
-		{name: "right password", password: "right"},
-		{name: "wrong password", password: "wrong", wantErr: "unauthorized"},
+		{name: "right password", image: name, password: "right"},
+		{name: "wrong password", image: name, password: "wrong", wantErr: "unauthorized"},
+		{name: "mirror and credentials for every registry", image: "quay.io/edge/hello:1.0", password: "right", wildcard: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			file := filepath.Join(dir, "registries.yaml")
 			yaml := fmt.Sprintf("mirrors:\n  docker.io:\n    endpoint: [\"http://%s\"]\nconfigs:\n  %q:\n    auth: {username: edge, password: %q}\n", addr, addr, tc.password)
+			if tc.wildcard {
+				yaml = fmt.Sprintf("mirrors:\n  \"*\":\n    endpoint: [\"http://%s\"]\nconfigs:\n  \"*\":\n    auth: {username: edge, password: %q}\n", addr, tc.password)
+			}
 			if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -79,6 +88,7 @@ func TestPullThroughMirror(t *testing.T) {
 			defer conn.Close()
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
+			name := tc.image
 			resp, err := runtimeapi.NewImageServiceClient(conn).PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: name}})
 			if tc.wantErr == "" {
 				if err != nil {
