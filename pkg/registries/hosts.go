@@ -31,8 +31,9 @@ const defaultDirName = "_default"
 // and override_path when the endpoint has a path (the path is then the
 // whole API prefix, as in k3s). Credentials are not in hosts.toml:
 // containerd reads no credentials there (see Auths). Rewrites are not
-// written: containerd's hosts.toml has none (1.6, 1.7 and 2.x; only k3s's
-// own containerd build reads them), see Warnings. Containerd reads the
+// written: upstream containerd's hosts.toml has none (containerd#5171 and
+// #11625 proposed them and were closed; only k3s's own containerd build
+// reads them), see Warnings. Containerd reads the
 // directory at every pull, so a change needs no restart.
 func (r *Registries) WriteHosts(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -123,15 +124,15 @@ func (r *Registries) hostsTOML(host string) string {
 		fmt.Fprintf(&b, "# Source: %s\n", r.File)
 	}
 	if host != "*" {
+		tls := r.configFor(host).TLS
 		server := "https://" + apiHost(host)
-		if u, err := normalizeEndpoint(host); err == nil {
+		// A loopback host:port is plain HTTP, as containerd takes it,
+		// unless it has TLS settings.
+		if u, err := normalizeEndpoint(host); err == nil && host != "docker.io" && tls == nil {
 			server = u
-			if host == "docker.io" {
-				server = "https://registry-1.docker.io"
-			}
 		}
 		fmt.Fprintf(&b, "server = %s\n", tomlQuote(server))
-		writeTLS(&b, "", r.configFor(host).TLS)
+		writeTLS(&b, "", tls)
 	}
 	for _, ep := range r.Mirrors[host].Endpoints {
 		u, _ := url.Parse(ep)
@@ -142,8 +143,19 @@ func (r *Registries) hostsTOML(host string) string {
 		}
 		writeTLS(&b, "  ", r.configFor(u.Host).TLS)
 	}
+	if len(r.Mirrors[host].Endpoints) == 0 {
+		b.WriteString(hostTableStub)
+	}
 	return b.String()
 }
+
+// hostTableStub ends a hosts.toml that has no mirror: containerd 1.6.20 (as
+// 1.7 before the fix of containerd#10027) refuses a hosts.toml without a
+// host table ("failed to decode hosts.toml: invalid `host` tree") and
+// pulls as if there were none, so the server's TLS settings would be lost.
+// TestPullWithRegistryCA's "containerd#10027" case fails once the
+// containerd the tests run takes such a file.
+const hostTableStub = "\n# An empty host table: see containerd#10027.\n[host]\n"
 
 // configFor is the configs entry of host, or that of * when host has none.
 func (r *Registries) configFor(host string) Config {

@@ -73,11 +73,11 @@ skip_verify = true
 server = "https://mirror.example.com:5000"
 ca = "CA"
 client = [["CA", "CA"]]
-`,
+` + hostTableStub,
 		"private.example.com": hostsHeader + `# Source: /etc/edgeplane/registries.yaml
 server = "https://private.example.com"
 ca = "CA"
-`,
+` + hostTableStub,
 		"user.example.com": "server = \"https://user.example.com\"\n",
 	}
 	entries, err := os.ReadDir(certs)
