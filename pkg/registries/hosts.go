@@ -149,8 +149,8 @@ func (r *Registries) hostsTOML(host string) string {
 	return b.String()
 }
 
-// hostTableStub ends a hosts.toml that has no mirror: containerd 1.6.20 (as
-// 1.7 before the fix of containerd#10027) refuses a hosts.toml without a
+// hostTableStub ends a hosts.toml that has no mirror: containerd 1.6.20
+// (containerd#10027, filed against 1.7) refuses a hosts.toml without a
 // host table ("failed to decode hosts.toml: invalid `host` tree") and
 // pulls as if there were none, so the server's TLS settings would be lost.
 // TestPullWithRegistryCA's "containerd#10027" case fails once the
