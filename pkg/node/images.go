@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/edgeplane/edgeplane/pkg/airgap"
+	"github.com/edgeplane/edgeplane/pkg/criruntime"
 	"github.com/edgeplane/edgeplane/pkg/pauseimage"
 )
 
@@ -149,12 +150,30 @@ func (i *Images) Stop(ctx context.Context) error {
 	}
 }
 
-// images is the node's Images part: the airgap directory, and the embedded
-// pause image when it is the sandbox image.
-func (n *Node) images() *Images {
-	s, p := n.cfg.Settings, n.paths
-	i := &Images{Dir: p.Images, RuntimeEndpoint: n.cfg.Runtime.Endpoint, Pinned: []string{s.PauseImage}}
-	if name, err := airgap.NormalizeName(s.PauseImage); err == nil && name == pauseimage.Name {
+// images is the node's Images part.
+func (n *Node) images(ctx context.Context) *Images {
+	return imagesPart(ctx, n.cfg.Settings, n.paths, n.cfg.Runtime)
+}
+
+// imagesPart imports the airgap directory, pinning the sandbox image: the
+// --pause-image, and the one the runtime says it is configured with when
+// that is another (a host containerd's sandbox_image, which is what its
+// pods use; a warning says so). It imports the embedded pause image when
+// either is its name.
+func imagesPart(ctx context.Context, s Settings, p Paths, rt *criruntime.Runtime) *Images {
+	i := &Images{Dir: p.Images, RuntimeEndpoint: rt.Endpoint, Pinned: []string{s.PauseImage}}
+	want, _ := airgap.NormalizeName(s.PauseImage)
+	sandbox := want
+	if rt.SandboxImage != "" {
+		if name, err := airgap.NormalizeName(rt.SandboxImage); err == nil && name != want {
+			sandbox = name
+			i.Pinned = append(i.Pinned, name)
+			klog.FromContext(ctx).Info("The container runtime's sandbox image is not --pause-image: its pods use the runtime's, pinned when it comes from the airgap directory; "+
+				"set the runtime's (containerd: sandbox_image) to --pause-image, or pass --pause-image with the runtime's",
+				"runtime", rt.Endpoint, "runtimeSandboxImage", name, "pauseImage", s.PauseImage)
+		}
+	}
+	if want == pauseimage.Name || sandbox == pauseimage.Name {
 		i.PauseDir = p.PauseImage
 	}
 	return i

@@ -167,7 +167,7 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 		}
 	}
 	parts := []component.Component{
-		n.images(),
+		n.images(ctx),
 		k,
 	}
 	if cluster.RenewServing != nil {
