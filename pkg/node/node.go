@@ -214,7 +214,7 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 		}
 	}
 	parts := []component.Component{
-		&Images{Dir: p.Images, RuntimeEndpoint: n.cfg.Runtime.Endpoint, Pinned: []string{s.PauseImage}},
+		n.images(ctx),
 		k,
 	}
 	if cluster.RenewServing != nil {

@@ -31,6 +31,9 @@ type Paths struct {
 	CertDir string
 	// Images is the airgap images directory.
 	Images string
+	// PauseImage is where the embedded pause image is written for its
+	// import.
+	PauseImage string
 	// Flannel is flannel's directory (its network configuration).
 	Flannel string
 	// Containerd is the managed containerd's directory (pkg/containerd):
@@ -62,6 +65,7 @@ func PathsIn(dir string) Paths {
 		RootDir:       filepath.Join(dir, "kubelet"),
 		CertDir:       filepath.Join(dir, "kubelet", "pki"),
 		Images:        filepath.Join(dir, "images"),
+		PauseImage:    filepath.Join(dir, "pause-image"),
 		Flannel:       filepath.Join(dir, "flannel"),
 
 		Containerd:         ctd,
