@@ -87,7 +87,10 @@ func checkStaticArm64(t *testing.T, bin string) {
 
 func runServerUnderQEMU(t *testing.T, qemu, bin string) {
 	dataDir := filepath.Join(t.TempDir(), "data")
-	cmd := exec.Command(qemu, bin, "server", "--config", "", "--data-dir", dataDir, "--bind-address", "127.0.0.1", "--https-port", "0")
+	// A control plane: the host's containerd binary would otherwise make
+	// the server a node with a containerd of its own, which a server
+	// bound to loopback refuses to be.
+	cmd := exec.Command(qemu, bin, "server", "--config", "", "--data-dir", dataDir, "--bind-address", "127.0.0.1", "--https-port", "0", "--disable=kubelet")
 	output := &syncBuffer{}
 	pr, pw := io.Pipe()
 	cmd.Stdout = output
