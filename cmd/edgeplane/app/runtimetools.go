@@ -99,6 +99,16 @@ func newRuntimeToolCommand(t runtimeTool, api string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// --version among the tool's global flags is edgeplane's, as on
+			// every command (`edgeplane crictl version` is crictl's).
+			asked, err := versionAsked(t.globalFlags(args))
+			if err != nil {
+				return err
+			}
+			if asked {
+				fmt.Fprint(cmd.OutOrStdout(), versionText())
+				return nil
+			}
 			c, err := t.command(args, dirs, os.Environ())
 			if err != nil {
 				return err
@@ -201,25 +211,36 @@ func (t runtimeTool) command(args, dataDirs []string, environ []string) (*exec.C
 	return c, nil
 }
 
+// globalFlags are the tool's global flags in args (without their values):
+// those before the subcommand, whose flags are its own, or before "--".
+func (t runtimeTool) globalFlags(args []string) []string {
+	var flags []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			break
+		}
+		flags = append(flags, a)
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !hasValue && (slices.Contains(t.valueFlags, name) || slices.Contains(t.addressFlags, name)) {
+			i++ // its value
+		}
+	}
+	return flags
+}
+
 // addressGiven reports whether the user named the socket: in the tool's
-// global flags (those before its subcommand) or in its environment.
+// global flags or in its environment.
 func (t runtimeTool) addressGiven(args, environ []string) bool {
 	for _, name := range t.addressEnv {
 		if v, ok := lookupEnv(environ, name); ok && v != "" {
 			return true
 		}
 	}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
-			return false // the subcommand: its flags are its own
-		}
-		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+	for _, a := range t.globalFlags(args) {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		if slices.Contains(t.addressFlags, name) {
 			return true
-		}
-		if !hasValue && slices.Contains(t.valueFlags, name) {
-			i++ // its value
 		}
 	}
 	return false

@@ -162,3 +162,24 @@ func TestToolBinary(t *testing.T) {
 		t.Errorf("toolBinary of a missing tool: %v, want an error naming where it looked", err)
 	}
 }
+
+// TestRuntimeToolVersion: --version among the tool's global flags is
+// edgeplane's (as on every command); after the subcommand it is the
+// command's in the container.
+func TestRuntimeToolVersion(t *testing.T) {
+	tests := []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--version"}, true},
+		{[]string{"-r", "unix:///x.sock", "--version"}, true},
+		{[]string{"exec", "-it", "abc", "app", "--version"}, false},
+		{[]string{"-r", "--version", "ps"}, false}, // -r's value
+	}
+	for _, tt := range tests {
+		got, err := versionAsked(crictlTool.globalFlags(tt.args))
+		if err != nil || got != tt.want {
+			t.Errorf("version asked in %q: %t, %v; want %t", tt.args, got, err, tt.want)
+		}
+	}
+}
