@@ -402,38 +402,38 @@ host_runtime() {
 # list of what was written in /usr/local/lib/edgeplane. A file install.sh
 # did not write is kept.
 install_runtime() {
-	tarball="$SCRIPT_DIR/runtime-linux-$(arch).tar.gz"
-	[ -f "$tarball" ] || return 0
-	name=$(basename "$tarball" .tar.gz)
+	rt_tarball="$SCRIPT_DIR/runtime-linux-$(arch).tar.gz"
+	[ -f "$rt_tarball" ] || return 0
+	rt_name=$(basename "$rt_tarball" .tar.gz)
 	if [ "${EDGEPLANE_INSTALL_RUNTIME:-}" = false ]; then
-		info "EDGEPLANE_INSTALL_RUNTIME=false: not installing $name"
+		info "EDGEPLANE_INSTALL_RUNTIME=false: not installing $rt_name"
 		return 0
 	fi
 	if existing=$(host_runtime); then
-		info "container runtime of the host: $existing; not installing $name"
+		info "container runtime of the host: $existing; not installing $rt_name"
 		return 0
 	fi
-	verify_checksum "$tarball"
+	verify_checksum "$rt_tarball"
 	new_tmp_dir
-	tar -xzf "$tarball" -C "$TMP_DIR" || fatal "unpacking $tarball failed"
-	unpacked=$TMP_DIR/$name
-	[ -f "$unpacked/SHA256SUMS" ] || fatal "$tarball has no $name/SHA256SUMS"
-	(cd "$unpacked" && sha256sum -c --quiet SHA256SUMS) >&2 || fatal "$tarball: its files do not match its SHA256SUMS"
-	info "installing the container runtime of $name: $(awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2 }' "$unpacked/VERSIONS")"
+	tar -xzf "$rt_tarball" -C "$TMP_DIR" || fatal "unpacking $rt_tarball failed"
+	rt_unpacked=$TMP_DIR/$rt_name
+	[ -f "$rt_unpacked/SHA256SUMS" ] || fatal "$rt_tarball has no $rt_name/SHA256SUMS"
+	(cd "$rt_unpacked" && sha256sum -c --quiet SHA256SUMS) >&2 || fatal "$rt_tarball: its files do not match its SHA256SUMS"
+	info "installing the container runtime of $rt_name: $(awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2 }' "$rt_unpacked/VERSIONS")"
 	written=""
-	for f in "$unpacked"/bin/* "$unpacked"/cni/*; do
+	for f in "$rt_unpacked"/bin/* "$rt_unpacked"/cni/*; do
 		case $f in
-		*/cni/*) dest=$CNI_BIN_DIR/$(basename "$f") ;;
-		*) dest=$BIN_DIR/$(basename "$f") ;;
+		*/cni/*) rt_dest=$CNI_BIN_DIR/$(basename "$f") ;;
+		*) rt_dest=$BIN_DIR/$(basename "$f") ;;
 		esac
-		if { [ -e "$ROOT$dest" ] || [ -L "$ROOT$dest" ]; } && ! ours "$dest"; then
-			warn "kept $dest, which install.sh did not write (the release's is not installed)"
+		if { [ -e "$ROOT$rt_dest" ] || [ -L "$ROOT$rt_dest" ]; } && ! ours "$rt_dest"; then
+			warn "kept $rt_dest, which install.sh did not write (the release's is not installed)"
 			continue
 		fi
-		put_file "$f" "$dest" 755
-		written="$written$dest$NL"
+		put_file "$f" "$rt_dest" 755
+		written="$written$rt_dest$NL"
 	done
-	put_file "$unpacked/VERSIONS" "$RUNTIME_DIR/VERSIONS" 644
+	put_file "$rt_unpacked/VERSIONS" "$RUNTIME_DIR/VERSIONS" 644
 	printf '%s' "$written" | put_text "$RUNTIME_MANIFEST" 644
 	RUNTIME_INSTALLED=true
 	if [ -z "$ROOT" ] && ! $DRY_RUN; then
