@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -253,6 +254,11 @@ func (t runtimeTool) addressGiven(args, environ []string) bool {
 func pickSocket(paths []string) (string, error) {
 	for _, p := range paths {
 		fi, err := os.Stat(p)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			// Not to be passed over for the next: a user who may not
+			// look into the data dir would see another runtime's state.
+			return "", fmt.Errorf("cannot look for a runtime socket at %s: %w (as root: sudo edgeplane ...)", p, err)
+		}
 		if err != nil || fi.Mode()&os.ModeSocket == 0 {
 			continue
 		}

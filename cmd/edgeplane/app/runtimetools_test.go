@@ -112,6 +112,7 @@ func TestPickSocket(t *testing.T) {
 		{"first live", []string{missing, plain, live}, live, nil},
 		{"dead first is reported", []string{dead, live}, "", []string{"no container runtime answers on " + dead, "connection refused"}},
 		{"none", []string{missing, plain}, "", []string{"no container runtime socket at " + missing + ", " + plain}},
+		{"cannot look", []string{filepath.Join(plain, "x.sock"), live}, "", []string{"cannot look for a runtime socket at " + filepath.Join(plain, "x.sock")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
