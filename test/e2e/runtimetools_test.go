@@ -38,7 +38,9 @@ func TestRuntimeTools(t *testing.T) {
 
 	crictl := filepath.Join(filepath.Dir(binary), "crictl")
 	if _, err := os.Stat(crictl); err != nil {
-		build := exec.Command("go", "build", "-C", "../../hack/runtime", "-o", crictl, "sigs.k8s.io/cri-tools/cmd/crictl")
+		// hack/dist-runtime.sh's flags: TestInstallShippedRuntime's build
+		// of it then compiles nothing again.
+		build := exec.Command("go", "build", "-C", "../../hack/runtime", "-trimpath", "-ldflags", "-s -w", "-o", crictl, "sigs.k8s.io/cri-tools/cmd/crictl")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			t.Fatalf("build crictl: %v\n%s", err, out)
