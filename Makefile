@@ -43,8 +43,12 @@ vet:
 	go vet ./...
 
 # Release folder dist/: static, stripped, stamped binaries for linux/amd64,
-# linux/arm64 and linux/arm (ARMv7), install.sh, edgeplane-uninstall.sh and
-# SHA256SUMS. A cold cross build takes minutes per architecture.
+# linux/arm64 and linux/arm (ARMv7), each one's container runtime for a node
+# (runtime-linux-<arch>.tar.gz, hack/dist-runtime.sh: Debian's containerd,
+# runc and CNI plugins through apt, crictl built from source), install.sh,
+# edgeplane-uninstall.sh and SHA256SUMS. A cold cross build takes minutes per
+# architecture; the runtime adds an apt index download and a crictl build per
+# architecture. DIST_RUNTIME=0 leaves the runtime out. Not part of make test.
 dist:
 	./hack/dist.sh $(VERSION)
 

@@ -231,7 +231,7 @@ func diffTrees(a, b map[string]string) string {
 func TestInstallScriptsShellcheck(t *testing.T) {
 	parallel(t)
 	path := testenv.Tool(t, "apt-get install -y shellcheck", "shellcheck")
-	out, err := exec.Command(path, "--shell=sh", installScript, uninstallScript, "../../hack/dist.sh").CombinedOutput()
+	out, err := exec.Command(path, "--shell=sh", installScript, uninstallScript, "../../hack/dist.sh", "../../hack/dist-runtime.sh").CombinedOutput()
 	if err != nil {
 		t.Fatalf("shellcheck: %v\n%s", err, out)
 	}
