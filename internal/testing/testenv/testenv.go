@@ -36,7 +36,7 @@ var ByDesign = map[string]string{
 	"reliability-full": "full form of a reliability scenario; runs with EDGEPLANE_RELIABILITY_FULL=1 (make reliability), " +
 		"and make test runs its short form",
 	// make test-qemu, which .ci/run runs after make test.
-	"qemu": "cross-builds linux/arm64 (minutes on a cold cache); runs with EDGEPLANE_TEST_QEMU=1 (make test-qemu, run by .ci/run)",
+	"qemu": "cross-builds linux/arm64 and linux/arm (minutes each on a cold cache); runs with EDGEPLANE_TEST_QEMU=1 (make test-qemu, run by .ci/run)",
 	// make bench-network: figures, not a check of behaviour (TestClusterNetwork
 	// and the NetworkPolicy tests run the same paths in make test).
 	"net-figures": "measures the cluster network figures of docs/NETWORKING.md: two two-node clusters and two idle minutes; " +
