@@ -218,8 +218,11 @@ func runServerUnderQEMU(t *testing.T, tc qemuTarget, qemu, bin string) {
 		t.Fatalf("create a ConfigMap under %s: %v", tc.emulator, err)
 	}
 	got, err := client.CoreV1().ConfigMaps("default").Get(ctx, cm.Name, metav1.GetOptions{})
-	if err != nil || got.Data["arch"] != tc.goarch {
-		t.Fatalf("read the ConfigMap back under %s: %v, data %v", tc.emulator, err, got.Data)
+	if err != nil {
+		t.Fatalf("read the ConfigMap back under %s: %v", tc.emulator, err)
+	}
+	if got.Data["arch"] != tc.goarch {
+		t.Fatalf("the ConfigMap read back under %s holds %v, want arch=%s", tc.emulator, got.Data, tc.goarch)
 	}
 	logGoMemory(ctx, t, client, tc)
 
