@@ -52,12 +52,17 @@ vet:
 dist:
 	./hack/dist.sh $(VERSION)
 
-# Cross-builds linux/arm64 and runs it under qemu-aarch64 (Debian's
-# qemu-user-static): `edgeplane version`, then a server start to /readyz.
-# Not part of `make test`: the cross build is slow. QEMU_BINARY=dist/edgeplane-linux-arm64
-# reuses a `make dist` binary.
+# Cross-builds what make dist ships for boards, linux/arm64 and linux/arm
+# (ARMv7, GOARM=7), and runs each under qemu-user (Debian's qemu-user-static:
+# qemu-aarch64, qemu-arm): `edgeplane version`, then a server start to /readyz
+# and a write and read through SQLite. Not part of `make test`: the cross
+# builds are slow. QEMU_ARM64_BINARY=dist/edgeplane-linux-arm64 and
+# QEMU_ARM_BINARY=dist/edgeplane-linux-arm reuse `make dist` binaries;
+# QEMU_RUN=TestQEMU/armv7 runs one architecture.
+QEMU_RUN ?= TestQEMU
 test-qemu:
-	EDGEPLANE_TEST_QEMU=1 EDGEPLANE_QEMU_BINARY=$(QEMU_BINARY) go test $(TEST_FLAGS) -v -timeout 60m -run 'TestQEMU' ./test/e2e/
+	EDGEPLANE_TEST_QEMU=1 EDGEPLANE_QEMU_ARM64_BINARY=$(QEMU_ARM64_BINARY) EDGEPLANE_QEMU_ARM_BINARY=$(QEMU_ARM_BINARY) \
+		go test $(TEST_FLAGS) -v -timeout 60m -run '$(QEMU_RUN)' ./test/e2e/
 
 # Benchmark against upstream kube-apiserver + etcd (bench/, docs/PERFORMANCE.md):
 # builds the baseline from go.mod's versions, runs everything side by side on
