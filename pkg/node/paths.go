@@ -32,6 +32,9 @@ type Paths struct {
 	Images string
 	// Flannel is flannel's directory (its network configuration).
 	Flannel string
+	// IPAM is the CNI host-local plugin's state directory (the pod
+	// addresses the node has handed out, in IPAM/<network>).
+	IPAM string
 }
 
 // PathsIn lays the files out under dir.
@@ -47,6 +50,7 @@ func PathsIn(dir string) Paths {
 		CertDir:       filepath.Join(dir, "kubelet", "pki"),
 		Images:        filepath.Join(dir, "images"),
 		Flannel:       filepath.Join(dir, "flannel"),
+		IPAM:          filepath.Join(dir, "cni", "networks"),
 	}
 }
 
