@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"strconv"
-	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/version"
@@ -20,8 +19,10 @@ import (
 )
 
 // nodeJoinRetry bounds the retries of transient API errors while the
-// server publishes what joining nodes need.
-const nodeJoinRetry = 20 * time.Second
+// server publishes what joining nodes need: the other start-up steps'
+// bound, which a slow board's first start needs (two servers starting at
+// once under qemu-arm ran past 20 s).
+const nodeJoinRetry = startupRetry
 
 // startNodeJoin makes the cluster joinable by nodes, before the server says
 // it is ready: kube-public/cluster-info and kubeadm's ConfigMaps and roles
