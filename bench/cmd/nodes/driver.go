@@ -59,9 +59,15 @@ type result struct {
 	// FalseNotReady is the nodes whose Ready was not True at least once
 	// while their process lived, NotReadyEpisodes the times it went so;
 	// seen by a watch of the Nodes (before: 10 s samples, FailuresCounted
-	// false).
-	FalseNotReady    int `json:"falseNotReady"`
-	NotReadyEpisodes int `json:"notReadyEpisodes"`
+	// false). NotReadySeconds is each episode's duration, in the order they
+	// ended (one still open at the window's end counts to it; the first
+	// maxNotReadyListed), NotReadyLongestSec and NotReadyTotalSec of all
+	// (lines written before durations show "?" for them).
+	FalseNotReady      int       `json:"falseNotReady"`
+	NotReadyEpisodes   int       `json:"notReadyEpisodes"`
+	NotReadySeconds    []float64 `json:"notReadySeconds,omitempty"`
+	NotReadyLongestSec float64   `json:"notReadyLongestSeconds,omitempty"`
+	NotReadyTotalSec   float64   `json:"notReadyTotalSeconds,omitempty"`
 	// FailuresCounted: the line counts failed renewals, lists and churn
 	// requests (lines written before do not: their columns show "?").
 	FailuresCounted bool `json:"failuresCounted,omitempty"`
@@ -87,7 +93,7 @@ type result struct {
 	BurstLeaseP99ms float64 `json:"burstLeaseP99ms,omitempty"`
 }
 
-const tableHeader = "| config | sim | N | pods/node | churn/min asked (done; errors) | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n; failed, timed out) | list pods -A p50/p99 ms (n; errors) | false NotReady nodes (times) | sim PSS MiB per node (total) | sim CPU % | load1 | killed node NotReady / pods evicted s | LIST burst: clients, lists (failed), list p99 ms; Lease PUT p99 ms in it (n) |\n" +
+const tableHeader = "| config | sim | N | pods/node | churn/min asked (done; errors) | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n; failed, timed out) | list pods -A p50/p99 ms (n; errors) | false NotReady nodes (times; longest / total s) | sim PSS MiB per node (total) | sim CPU % | load1 | killed node NotReady / pods evicted s | LIST burst: clients, lists (failed), list p99 ms; Lease PUT p99 ms in it (n) |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 func (r *result) print(w io.Writer) {
@@ -146,6 +152,12 @@ func (r *result) row() string {
 		lease = fmt.Sprintf("%.1f / %.1f (%d; %d, %d)", r.LeaseP50ms, r.LeaseP99ms, r.LeasePUTs, r.LeaseFailed, r.LeaseTimedOut)
 		list = fmt.Sprintf("%.0f / %.0f (%d; %d)", r.ListP50ms, r.ListP99ms, r.Lists, r.ListErrors)
 		notReady = fmt.Sprintf("%d (%d)", r.FalseNotReady, r.NotReadyEpisodes)
+		switch {
+		case r.NotReadyEpisodes > 0 && len(r.NotReadySeconds) == 0:
+			notReady = fmt.Sprintf("%d (%d; ? / ? s)", r.FalseNotReady, r.NotReadyEpisodes)
+		case r.NotReadyEpisodes > 0:
+			notReady = fmt.Sprintf("%d (%d; %.1f / %.1f s)", r.FalseNotReady, r.NotReadyEpisodes, r.NotReadyLongestSec, r.NotReadyTotalSec)
+		}
 	}
 	return fmt.Sprintf("| %s | %s | %d | %d | %s | %.0f | %.0f | %.0f (%.0f) | %.1f | %.1f (%.2f) | %.1f | %s | %s | %s | %s | %s | %.1f | %s | %s |",
 		r.Label, sim, r.Nodes, r.PodsPerNode, churn, r.NodesReadySec, r.PodsRunningSec, r.RSSMiB, r.PeakRSSMiB, r.CPUPercent,
@@ -170,6 +182,19 @@ func (r *result) appendJSON(path string) error {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// maxNotReadyListed bounds the NotReady durations a result line lists.
+const maxNotReadyListed = 1000
+
+// setNotReady puts a NotReady watch's figures in r.
+func (r *result) setNotReady(c notReadyCounts) {
+	r.FalseNotReady, r.NotReadyEpisodes = c.nodes, c.episodes()
+	r.NotReadyLongestSec, r.NotReadyTotalSec = c.longest().Seconds(), c.total().Seconds()
+	r.NotReadySeconds = nil
+	for _, d := range c.durations[:min(len(c.durations), maxNotReadyListed)] {
+		r.NotReadySeconds = append(r.NotReadySeconds, float64(d.Milliseconds())/1000)
+	}
+}
 
 // runDriver runs one measurement (see the package comment).
 func runDriver(ctx context.Context, o *driverOptions) (*result, error) {
@@ -347,7 +372,7 @@ func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs
 	to := time.Now()
 	stopWatch()
 	res.FailuresCounted = true
-	res.FalseNotReady, res.NotReadyEpisodes = notReady.counts()
+	res.setNotReady(notReady.counts())
 	var b burstResult
 	if burst != nil {
 		b = <-burst
