@@ -189,8 +189,10 @@ func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs
 		if o.churn > 0 {
 			churnDebt += float64(o.churn) / 6
 			if k := int(churnDebt); k > 0 {
+				// A failed delete is not retried: the rate asked is
+				// of attempts, the rate done of pods deleted.
 				n, failed := churnOnce(ctx, cs, ns, name, k)
-				churnDebt -= float64(n)
+				churnDebt -= float64(n + failed)
 				res.ChurnDone += n
 				res.ChurnErrors += failed
 			}
