@@ -150,6 +150,10 @@ func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs
 	if err != nil {
 		return err
 	}
+	renewEvery, err := renewInterval(ctx, cs, f.name(0))
+	if err != nil {
+		return err
+	}
 	createsBefore, err := readFailedCreates(ctx, cs, ns, name)
 	if err != nil {
 		return fmt.Errorf("reading the workload's FailedCreate events: %w", err)
@@ -273,10 +277,24 @@ func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs
 	ok := sortDurations(lat.ok)
 	res.LeasePUTs, res.LeaseFailed, res.LeaseTimedOut = len(ok), lat.failed, lat.timedOut
 	res.LeaseP50ms, res.LeaseP99ms = ms(percentile(ok, 50)), ms(percentile(ok, 99))
+	res.LeaseMissed = ptr.To(missedRenewals(lat.attempts, from, to, renewEvery))
 	if len(errs) > 0 {
 		return fmt.Errorf("lease latencies: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// renewInterval is how often node renews its Lease: a quarter of the
+// Lease's duration, as the kubelet (and a lite node) renews it.
+func renewInterval(ctx context.Context, cs kubernetes.Interface, node string) (time.Duration, error) {
+	l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("the Lease of node %s: %w", node, err)
+	}
+	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
+		return 0, fmt.Errorf("the Lease of node %s has no duration", node)
+	}
+	return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second / 4, nil
 }
 
 // killOne kills node i and times how long until its Ready condition is no

@@ -30,15 +30,19 @@ type result struct {
 	// LeasePUTs are the renewals that succeeded in the window (the
 	// percentiles are theirs, by nearest rank); LeaseFailed and
 	// LeaseTimedOut the ones that did not.
-	LeasePUTs     int     `json:"leasePUTs"`
-	LeaseFailed   int     `json:"leaseFailed"`
-	LeaseTimedOut int     `json:"leaseTimedOut"`
-	LeaseP50ms    float64 `json:"leaseP50ms"`
-	LeaseP99ms    float64 `json:"leaseP99ms"`
-	ListP50ms     float64 `json:"listPodsP50ms"`
-	ListP99ms     float64 `json:"listPodsP99ms"`
-	Lists         int     `json:"listPods"`
-	ListErrors    int     `json:"listPodsErrors"`
+	LeasePUTs     int `json:"leasePUTs"`
+	LeaseFailed   int `json:"leaseFailed"`
+	LeaseTimedOut int `json:"leaseTimedOut"`
+	// LeaseMissed is the renewals the nodes did not attempt at one every
+	// quarter of the Lease's duration (missedRenewals; lines written
+	// before show "?").
+	LeaseMissed *int    `json:"leaseMissed,omitempty"`
+	LeaseP50ms  float64 `json:"leaseP50ms"`
+	LeaseP99ms  float64 `json:"leaseP99ms"`
+	ListP50ms   float64 `json:"listPodsP50ms"`
+	ListP99ms   float64 `json:"listPodsP99ms"`
+	Lists       int     `json:"listPods"`
+	ListErrors  int     `json:"listPodsErrors"`
 	// ChurnDone is the pods deleted in the window, ChurnPerMinDone the
 	// rate achieved, ChurnErrors the churn's requests that failed (its
 	// lists and deletes), ChurnCreateErrors the replacement pods the
@@ -85,7 +89,7 @@ type result struct {
 	BurstLeaseP99ms float64 `json:"burstLeaseP99ms,omitempty"`
 }
 
-const tableHeader = "| config | sim | N | pods/node | churn/min asked (done; errors: delete, create) | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n; failed, timed out) | list pods -A p50/p99 ms (n; errors) | false NotReady nodes (times; longest / total s) | sim PSS MiB per node (total) | sim CPU % | load1 | killed node NotReady / pods evicted s | LIST burst: clients, lists (failed), list p99 ms; Lease PUT p99 ms in it (n) |\n" +
+const tableHeader = "| config | sim | N | pods/node | churn/min asked (done; errors: delete, create) | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n; failed, timed out; missed) | list pods -A p50/p99 ms (n; errors) | false NotReady nodes (times; longest / total s) | sim PSS MiB per node (total) | sim CPU % | load1 | killed node NotReady / pods evicted s | LIST burst: clients, lists (failed), list p99 ms; Lease PUT p99 ms in it (n) |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 func (r *result) print(w io.Writer) {
@@ -145,7 +149,11 @@ func (r *result) row() string {
 			}
 			churn += fmt.Sprintf(" (%.1f; %d, %s)", r.ChurnPerMinDone, r.ChurnErrors, create)
 		}
-		lease = fmt.Sprintf("%.1f / %.1f (%d; %d, %d)", r.LeaseP50ms, r.LeaseP99ms, r.LeasePUTs, r.LeaseFailed, r.LeaseTimedOut)
+		missed := "?"
+		if r.LeaseMissed != nil {
+			missed = fmt.Sprint(*r.LeaseMissed)
+		}
+		lease = fmt.Sprintf("%.1f / %.1f (%d; %d, %d; %s)", r.LeaseP50ms, r.LeaseP99ms, r.LeasePUTs, r.LeaseFailed, r.LeaseTimedOut, missed)
 		list = fmt.Sprintf("%.0f / %.0f (%d; %d)", r.ListP50ms, r.ListP99ms, r.Lists, r.ListErrors)
 		notReady = fmt.Sprintf("%d (%d)", r.FalseNotReady, r.NotReadyEpisodes)
 		switch {

@@ -18,12 +18,12 @@ func TestResultRow(t *testing.T) {
 	counted := result{
 		Label: "edgeplane-sqlite-small", Sim: simHollow, Nodes: 20, PodsPerNode: 10, ChurnPerMin: 60,
 		ChurnDone: 117, ChurnPerMinDone: 58.5, ChurnErrors: 2, ChurnCreateErrors: ptr.To(3),
-		LeasePUTs: 240, LeaseFailed: 4, LeaseTimedOut: 1, LeaseP50ms: 6.5, LeaseP99ms: 40,
+		LeasePUTs: 240, LeaseFailed: 4, LeaseTimedOut: 1, LeaseMissed: ptr.To(2), LeaseP50ms: 6.5, LeaseP99ms: 40,
 		Lists: 4, ListErrors: 1, ListP50ms: 21, ListP99ms: 30, FailuresCounted: true,
 	}
 	counted.setNotReady(notReadyCounts{nodes: 2, durations: []time.Duration{1500 * time.Millisecond, 250 * time.Millisecond, 40 * time.Second}})
 	noDurations := counted
-	noDurations.NotReadySeconds, noDurations.NotReadyLongestSec, noDurations.NotReadyTotalSec, noDurations.ChurnCreateErrors = nil, 0, 0, nil
+	noDurations.NotReadySeconds, noDurations.NotReadyLongestSec, noDurations.NotReadyTotalSec, noDurations.ChurnCreateErrors, noDurations.LeaseMissed = nil, 0, 0, nil, nil
 	allReady := counted
 	allReady.setNotReady(notReadyCounts{})
 	for _, tc := range []struct {
@@ -32,10 +32,10 @@ func TestResultRow(t *testing.T) {
 		want []string
 	}{
 		{"counted, with NotReady durations", jsonLine(t, counted), []string{
-			"| 60 (58.5; 2, 3) |", "| 6.5 / 40.0 (240; 4, 1) |", "| 21 / 30 (4; 1) |", "| 2 (3; 40.0 / 41.8 s) |",
+			"| 60 (58.5; 2, 3) |", "| 6.5 / 40.0 (240; 4, 1; 2) |", "| 21 / 30 (4; 1) |", "| 2 (3; 40.0 / 41.8 s) |",
 		}},
-		{"counted, without durations and create errors", jsonLine(t, noDurations), []string{
-			"| 60 (58.5; 2, ?) |", "| 2 (3; ? / ? s) |",
+		{"counted, without durations, create errors and missed renewals", jsonLine(t, noDurations), []string{
+			"| 60 (58.5; 2, ?) |", "| 6.5 / 40.0 (240; 4, 1; ?) |", "| 2 (3; ? / ? s) |",
 		}},
 		{"counted, never NotReady", jsonLine(t, allReady), []string{"| 0 (0) |"}},
 		{"written before the counts", `{"label":"edgeplane-sqlite-small","nodes":10,"podsPerNode":10,"churnPerMin":30,"leasePUTs":180,"leaseP50ms":7.601,"leaseP99ms":115.132,"listPodsP50ms":21.33,"listPodsP99ms":24.156,"falseNotReady":0}`,
