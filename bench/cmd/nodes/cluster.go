@@ -159,9 +159,9 @@ func waitRunning(ctx context.Context, cs kubernetes.Interface, ns, name string, 
 }
 
 // churnOnce deletes k random pods of the workload (the Deployment makes new
-// ones: k deletions and k creations). It returns the pods deleted and the
-// requests that failed (the list, or a delete other than of a pod already
-// gone).
+// ones: k deletions and k creations) in at most k deletes. It returns the
+// pods deleted and the requests that failed (the list, or a delete other
+// than of a pod already gone).
 func churnOnce(ctx context.Context, cs kubernetes.Interface, ns, name string, k int) (deleted, failed int) {
 	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: workloadLabel + "=" + name})
 	if err != nil {
@@ -170,7 +170,7 @@ func churnOnce(ctx context.Context, cs kubernetes.Interface, ns, name string, k 
 	items := list.Items
 	rand.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
 	for _, p := range items {
-		if deleted >= k {
+		if deleted+failed >= k {
 			break
 		}
 		if p.DeletionTimestamp != nil {

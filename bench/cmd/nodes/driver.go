@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,159 +14,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/edgeplane/edgeplane/internal/procfs"
 )
-
-// result is one run's figures.
-type result struct {
-	Label string `json:"label"`
-	// Sim is the node simulator (hollow or lite; empty in lines written
-	// before there was a choice: hollow).
-	Sim              string  `json:"sim,omitempty"`
-	Nodes            int     `json:"nodes"`
-	PodsPerNode      int     `json:"podsPerNode"`
-	ChurnPerMin      int     `json:"churnPerMin"`
-	WindowSeconds    float64 `json:"windowSeconds"`
-	NodesReadySec    float64 `json:"nodesReadySeconds"`
-	PodsRunningSec   float64 `json:"podsRunningSeconds"`
-	RSSMiB           float64 `json:"rssMiB"`
-	PeakRSSMiB       float64 `json:"peakRssMiB"`
-	CPUPercent       float64 `json:"cpuPercent"`
-	WritesMBPerHour  float64 `json:"writesMBPerHour"`
-	WritesPerNodeMBh float64 `json:"writesPerNodeMBPerHour"`
-	DatastoreMB      float64 `json:"datastoreMB"`
-	// LeasePUTs are the renewals that succeeded in the window (the
-	// percentiles are theirs, by nearest rank); LeaseFailed and
-	// LeaseTimedOut the ones that did not.
-	LeasePUTs     int     `json:"leasePUTs"`
-	LeaseFailed   int     `json:"leaseFailed"`
-	LeaseTimedOut int     `json:"leaseTimedOut"`
-	LeaseP50ms    float64 `json:"leaseP50ms"`
-	LeaseP99ms    float64 `json:"leaseP99ms"`
-	ListP50ms     float64 `json:"listPodsP50ms"`
-	ListP99ms     float64 `json:"listPodsP99ms"`
-	Lists         int     `json:"listPods"`
-	ListErrors    int     `json:"listPodsErrors"`
-	// ChurnDone is the pods deleted in the window, ChurnPerMinDone the
-	// rate achieved, ChurnErrors the churn's requests that failed.
-	ChurnDone       int     `json:"churnDone"`
-	ChurnPerMinDone float64 `json:"churnPerMinDone"`
-	ChurnErrors     int     `json:"churnErrors"`
-	// FalseNotReady is the nodes whose Ready was not True at least once
-	// while their process lived, NotReadyEpisodes the times it went so;
-	// seen by a watch of the Nodes (before: 10 s samples, FailuresCounted
-	// false).
-	FalseNotReady    int `json:"falseNotReady"`
-	NotReadyEpisodes int `json:"notReadyEpisodes"`
-	// FailuresCounted: the line counts failed renewals, lists and churn
-	// requests (lines written before do not: their columns show "?").
-	FailuresCounted bool `json:"failuresCounted,omitempty"`
-	// HollowPSSMiB is the simulator's PSS per node (the name is from when
-	// every node was a hollow kubelet process); SimPSSMiB its processes'
-	// total, SimCPUPercent their CPU over the window (% of one core).
-	HollowPSSMiB    float64 `json:"hollowPssMiBEach"`
-	SimPSSMiB       float64 `json:"simPssMiB,omitempty"`
-	SimCPUPercent   float64 `json:"simCpuPercent,omitempty"`
-	Load1           float64 `json:"load1"`
-	KillNotReadySec float64 `json:"killNotReadySeconds,omitempty"`
-	// KillEvictedSec: from the kill until every workload pod of the
-	// killed node was marked for deletion (evictAfter after the taint).
-	KillEvictedSec float64 `json:"killEvictedSeconds,omitempty"`
-	// A LIST burst in the window (-list-burst): its clients, the lists
-	// that completed and failed, their p99, and the Lease PUTs timed
-	// inside it with their p99.
-	BurstClients    int     `json:"burstClients,omitempty"`
-	BurstLists      int     `json:"burstLists,omitempty"`
-	BurstFailed     int     `json:"burstFailed,omitempty"`
-	BurstListP99ms  float64 `json:"burstListP99ms,omitempty"`
-	BurstLeasePUTs  int     `json:"burstLeasePUTs,omitempty"`
-	BurstLeaseP99ms float64 `json:"burstLeaseP99ms,omitempty"`
-}
-
-const tableHeader = "| config | sim | N | pods/node | churn/min asked (done; errors) | nodes Ready s | pods Running s | RSS MiB (peak) | CPU % | writes MB/h (per node) | datastore MB | Lease PUT p50/p99 ms (n; failed, timed out) | list pods -A p50/p99 ms (n; errors) | false NotReady nodes (times) | sim PSS MiB per node (total) | sim CPU % | load1 | killed node NotReady / pods evicted s | LIST burst: clients, lists (failed), list p99 ms; Lease PUT p99 ms in it (n) |\n" +
-	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-
-func (r *result) print(w io.Writer) {
-	fmt.Fprintln(w, tableHeader)
-	fmt.Fprintln(w, r.row())
-}
-
-// printTable prints the results appended to path (-out) as one table.
-func printTable(w io.Writer, path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(w, tableHeader)
-	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if line == "" {
-			continue
-		}
-		var r result
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			return fmt.Errorf("%s line %d: %w", path, i+1, err)
-		}
-		fmt.Fprintln(w, r.row())
-	}
-	return nil
-}
-
-func (r *result) row() string {
-	kill := "-"
-	if r.KillNotReadySec > 0 {
-		kill = fmt.Sprintf("%.0f", r.KillNotReadySec)
-		if r.KillEvictedSec > 0 {
-			kill += fmt.Sprintf(" / %.0f", r.KillEvictedSec)
-		}
-	}
-	sim, pss, simCPU := r.Sim, fmt.Sprintf("%.2f", r.HollowPSSMiB), "-"
-	if sim == "" {
-		sim = simHollow
-	}
-	if r.SimPSSMiB > 0 {
-		pss += fmt.Sprintf(" (%.0f)", r.SimPSSMiB)
-		simCPU = fmt.Sprintf("%.1f", r.SimCPUPercent)
-	}
-	burst := "-"
-	if r.BurstClients > 0 {
-		burst = fmt.Sprintf("%d, %d (%d), %.0f; %.1f (%d)", r.BurstClients, r.BurstLists, r.BurstFailed, r.BurstListP99ms, r.BurstLeaseP99ms, r.BurstLeasePUTs)
-	}
-	churn := fmt.Sprintf("%d", r.ChurnPerMin)
-	lease := fmt.Sprintf("%.1f / %.1f (%d; ?)", r.LeaseP50ms, r.LeaseP99ms, r.LeasePUTs)
-	list := fmt.Sprintf("%.0f / %.0f (?)", r.ListP50ms, r.ListP99ms)
-	notReady := fmt.Sprintf("%d (10 s samples)", r.FalseNotReady)
-	if r.FailuresCounted {
-		if r.ChurnPerMin > 0 {
-			churn += fmt.Sprintf(" (%.1f; %d)", r.ChurnPerMinDone, r.ChurnErrors)
-		}
-		lease = fmt.Sprintf("%.1f / %.1f (%d; %d, %d)", r.LeaseP50ms, r.LeaseP99ms, r.LeasePUTs, r.LeaseFailed, r.LeaseTimedOut)
-		list = fmt.Sprintf("%.0f / %.0f (%d; %d)", r.ListP50ms, r.ListP99ms, r.Lists, r.ListErrors)
-		notReady = fmt.Sprintf("%d (%d)", r.FalseNotReady, r.NotReadyEpisodes)
-	}
-	return fmt.Sprintf("| %s | %s | %d | %d | %s | %.0f | %.0f | %.0f (%.0f) | %.1f | %.1f (%.2f) | %.1f | %s | %s | %s | %s | %s | %.1f | %s | %s |",
-		r.Label, sim, r.Nodes, r.PodsPerNode, churn, r.NodesReadySec, r.PodsRunningSec, r.RSSMiB, r.PeakRSSMiB, r.CPUPercent,
-		r.WritesMBPerHour, r.WritesPerNodeMBh, r.DatastoreMB, lease, list,
-		notReady, pss, simCPU, r.Load1, kill, burst)
-}
-
-func (r *result) appendJSON(path string) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // runDriver runs one measurement (see the package comment).
 func runDriver(ctx context.Context, o *driverOptions) (*result, error) {
@@ -302,6 +150,14 @@ func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs
 	if err != nil {
 		return err
 	}
+	renewEvery, err := renewInterval(ctx, cs, f.name(0))
+	if err != nil {
+		return err
+	}
+	createsBefore, err := readFailedCreates(ctx, cs, ns, name)
+	if err != nil {
+		return fmt.Errorf("reading the workload's FailedCreate events: %w", err)
+	}
 	simBefore := cpuTimes(f.pids())
 	from := time.Now()
 	peak := before.rss
@@ -337,8 +193,10 @@ func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs
 		if o.churn > 0 {
 			churnDebt += float64(o.churn) / 6
 			if k := int(churnDebt); k > 0 {
+				// A failed delete is not retried: the rate asked is
+				// of attempts, the rate done of pods deleted.
 				n, failed := churnOnce(ctx, cs, ns, name, k)
-				churnDebt -= float64(n)
+				churnDebt -= float64(n + failed)
 				res.ChurnDone += n
 				res.ChurnErrors += failed
 			}
@@ -347,7 +205,12 @@ func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs
 	to := time.Now()
 	stopWatch()
 	res.FailuresCounted = true
-	res.FalseNotReady, res.NotReadyEpisodes = notReady.counts()
+	res.setNotReady(notReady.counts())
+	if createsAfter, err := readFailedCreates(ctx, cs, ns, name); err == nil {
+		res.ChurnCreateErrors = ptr.To(createsBefore.since(createsAfter))
+	} else {
+		fmt.Fprintln(os.Stderr, "nodes: reading the workload's FailedCreate events:", err)
+	}
 	var b burstResult
 	if burst != nil {
 		b = <-burst
@@ -414,10 +277,24 @@ func measureWindow(ctx context.Context, o *driverOptions, admin *rest.Config, cs
 	ok := sortDurations(lat.ok)
 	res.LeasePUTs, res.LeaseFailed, res.LeaseTimedOut = len(ok), lat.failed, lat.timedOut
 	res.LeaseP50ms, res.LeaseP99ms = ms(percentile(ok, 50)), ms(percentile(ok, 99))
+	res.LeaseMissed = ptr.To(missedRenewals(lat.attempts, from, to, renewEvery))
 	if len(errs) > 0 {
 		return fmt.Errorf("lease latencies: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// renewInterval is how often node renews its Lease: a quarter of the
+// Lease's duration, as the kubelet (and a lite node) renews it.
+func renewInterval(ctx context.Context, cs kubernetes.Interface, node string) (time.Duration, error) {
+	l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("the Lease of node %s: %w", node, err)
+	}
+	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
+		return 0, fmt.Errorf("the Lease of node %s has no duration", node)
+	}
+	return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second / 4, nil
 }
 
 // killOne kills node i and times how long until its Ready condition is no

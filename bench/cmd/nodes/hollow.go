@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -40,8 +41,8 @@ type hollowConfig struct {
 }
 
 // leaseLatencyFile is where a hollow node writes its Lease updates (one per
-// line: when it ended, its duration in microseconds, and "failed" or
-// "timeout" unless it succeeded) for the driver to read.
+// line: when it ended, its duration in microseconds, how it ended, and the
+// node's name) for the driver to read.
 const leaseLatencyFile = "lease-latency.txt"
 
 // maxLatencySamples bounds the samples a hollow node keeps: an hour of
@@ -194,7 +195,7 @@ func (l *leaseTimer) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	start := time.Now()
 	resp, err := l.next.RoundTrip(r)
-	l.rec.add(time.Since(start), renewalOutcome(r, resp, err))
+	l.rec.add(path.Base(r.URL.Path), time.Since(start), renewalOutcome(r, resp, err))
 	return resp, err
 }
 
@@ -228,12 +229,11 @@ const (
 	renewTimedOut
 )
 
-// outcomeWord is how the latency file marks an outcome ("" for renewOK, so
-// that a file of successes reads as before outcomes were recorded).
-var outcomeWord = map[outcome]string{renewOK: "", renewFailed: "failed", renewTimedOut: "timeout"}
+// outcomeWord is how the latency file marks an outcome.
+var outcomeWord = map[outcome]string{renewOK: "ok", renewFailed: "failed", renewTimedOut: "timeout"}
 
 // leaseLatency keeps the newest maxLatencySamples renewals: the time each
-// ended, its duration and its outcome.
+// ended, its duration, its outcome and the node (the Lease's name).
 type leaseLatency struct {
 	mu      sync.Mutex
 	samples []latencySample
@@ -243,24 +243,22 @@ type latencySample struct {
 	at      time.Time
 	d       time.Duration
 	outcome outcome
+	node    string
 }
 
-// line is the sample's line in the latency file: "<unix s> <µs>[ failed|
-// timeout]".
+// line is the sample's line in the latency file: "<unix s> <µs> ok|failed|
+// timeout <node>".
 func (s latencySample) line() string {
-	if w := outcomeWord[s.outcome]; w != "" {
-		return fmt.Sprintf("%d %d %s\n", s.at.Unix(), s.d.Microseconds(), w)
-	}
-	return fmt.Sprintf("%d %d\n", s.at.Unix(), s.d.Microseconds())
+	return fmt.Sprintf("%d %d %s %s\n", s.at.Unix(), s.d.Microseconds(), outcomeWord[s.outcome], s.node)
 }
 
-func (l *leaseLatency) add(d time.Duration, o outcome) {
+func (l *leaseLatency) add(node string, d time.Duration, o outcome) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.samples) >= maxLatencySamples {
 		l.samples = slices.Delete(l.samples, 0, 1)
 	}
-	l.samples = append(l.samples, latencySample{at: time.Now(), d: d, outcome: o})
+	l.samples = append(l.samples, latencySample{at: time.Now(), d: d, outcome: o, node: node})
 }
 
 func (l *leaseLatency) write(path string) error {

@@ -15,11 +15,13 @@
 // Deployment of N x -pods-per-node pods and times them to Running, then
 // measures the control plane's processes (-pids) over -duration: RSS, CPU,
 // bytes written, datastore size (-datastore-dir), Lease update latency as the
-// hollow kubelets saw it, the latency of listing every pod (what `kubectl
-// get pods -A` asks), and any node NotReady while its process lives. With
-// -churn, that many pods a minute are deleted (and recreated by the
-// Deployment). With -kill, one node is killed at the end and the time until
-// the node lifecycle controller marks it NotReady is measured.
+// nodes saw it with the renewals that failed, timed out or were never
+// attempted, the latency of listing every pod (what `kubectl get pods -A`
+// asks) with its errors, and every NotReady of a node while its process
+// lives, with its duration. With -churn, that many pods a minute are deleted
+// (and recreated by the Deployment), with the rate achieved and the deletes
+// and creates that failed. With -kill, one node is killed at the end and the
+// time until the node lifecycle controller marks it NotReady is measured.
 //
 //	nodes -data-dir <edgeplane data dir> -pids PID -n 10 -pods-per-node 10 -duration 5m
 //	nodes -data-dir <edgeplane data dir> -pids PID -sim lite -n 2000 -duration 5m

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -73,20 +75,29 @@ func dirSize(dir string) int64 {
 }
 
 // leaseRenewals are the Lease renewals of a window: the durations of those
-// that succeeded, and how many failed or timed out.
+// that succeeded, how many failed or timed out, and when each node's
+// attempts ended (lines that name their node).
 type leaseRenewals struct {
 	ok               []time.Duration
 	failed, timedOut int
+	attempts         map[string][]time.Time
 }
 
 func (l *leaseRenewals) addAll(o leaseRenewals) {
 	l.ok = append(l.ok, o.ok...)
 	l.failed += o.failed
 	l.timedOut += o.timedOut
+	for node, at := range o.attempts {
+		if l.attempts == nil {
+			l.attempts = map[string][]time.Time{}
+		}
+		l.attempts[node] = append(l.attempts[node], at...)
+	}
 }
 
 // readLeaseLatencies reads a node's (or a lite process's) lease latency file
-// and keeps the renewals that ended in [from, to].
+// and keeps the renewals that ended in [from, to]. A line is "<unix s> <µs>
+// [ok|failed|timeout [<node>]]" (no outcome: ok).
 func readLeaseLatencies(path string, from, to time.Time) (leaseRenewals, error) {
 	var out leaseRenewals
 	f, err := os.Open(path)
@@ -97,7 +108,7 @@ func readLeaseLatencies(path string, from, to time.Time) (leaseRenewals, error) 
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 || len(fields) > 3 {
+		if len(fields) < 2 || len(fields) > 4 {
 			continue
 		}
 		sec, err1 := strconv.ParseInt(fields[0], 10, 64)
@@ -105,19 +116,66 @@ func readLeaseLatencies(path string, from, to time.Time) (leaseRenewals, error) 
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		if t := time.Unix(sec, 0); t.Before(from.Truncate(time.Second)) || t.After(to) {
+		t := time.Unix(sec, 0)
+		if t.Before(from.Truncate(time.Second)) || t.After(to) {
 			continue
 		}
 		switch {
-		case len(fields) == 2:
+		case len(fields) == 2 || fields[2] == outcomeWord[renewOK]:
 			out.ok = append(out.ok, time.Duration(micro)*time.Microsecond)
 		case fields[2] == outcomeWord[renewTimedOut]:
 			out.timedOut++
 		default:
 			out.failed++
 		}
+		if len(fields) == 4 {
+			if out.attempts == nil {
+				out.attempts = map[string][]time.Time{}
+			}
+			out.attempts[fields[3]] = append(out.attempts[fields[3]], t)
+		}
 	}
 	return out, sc.Err()
+}
+
+// missedRenewals counts the renewals the nodes did not attempt in [from,
+// to] at one every interval: for each node, the renewals due in each gap
+// between its attempts, and between the window's edges and its first and
+// last, of more than one and a half intervals (a whole window for a node
+// with none). A gap between two attempts holds d/interval - 1 renewals, one
+// between an edge and an attempt d/interval - 1/2 (the renewal before the
+// edge is 0 to 1 interval before it), a window without attempts
+// d/interval. A renewal that failed or timed out was attempted; one that
+// never went out (a node stopped, or its heartbeat stuck) is missed. The
+// times are whole seconds, as the latency files have them.
+func missedRenewals(attempts map[string][]time.Time, from, to time.Time, interval time.Duration) int {
+	if interval <= 0 {
+		return 0
+	}
+	missed := 0
+	// gap adds the renewals due in d between bounds of which attempts are
+	// attempts (the others the window's edges).
+	gap := func(d time.Duration, attempts int) {
+		if attempts > 0 && d <= interval*3/2 {
+			return
+		}
+		missed += max(int(math.Round(float64(d)/float64(interval)-float64(attempts)/2)), 0)
+	}
+	from = from.Truncate(time.Second)
+	for _, at := range attempts {
+		if len(at) == 0 {
+			gap(to.Sub(from), 0)
+			continue
+		}
+		at = slices.Clone(at)
+		slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+		gap(at[0].Sub(from), 1)
+		for i := 1; i < len(at); i++ {
+			gap(at[i].Sub(at[i-1]), 2)
+		}
+		gap(to.Sub(at[len(at)-1]), 1)
+	}
+	return missed
 }
 
 // pss is a process's proportional set size (/proc/<pid>/smaps_rollup):

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -89,10 +91,33 @@ func TestLeaseLatencyFile(t *testing.T) {
 		{d: 90 * time.Millisecond}, {d: 2 * time.Millisecond, outcome: renewFailed}, {d: 3 * time.Millisecond},
 	} {
 		s.at = base.Add(time.Duration(i) * 10 * time.Second)
+		s.node = "n1"
 		l.samples = append(l.samples, s)
 	}
 	if err := l.write(path); err != nil {
 		t.Fatal(err)
+	}
+	// Lines as a binary that did not name the node (or the outcome of a
+	// success) wrote them still read.
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(f, "%d 4000\n%d 6000 failed\n", base.Add(time.Minute).Unix(), base.Add(61*time.Second).Unix()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	at := func(s ...int) map[string][]time.Time {
+		out := map[string][]time.Time{}
+		for _, v := range s {
+			out["n1"] = append(out["n1"], base.Add(time.Duration(v)*time.Second))
+		}
+		if len(s) == 0 {
+			return nil
+		}
+		return out
 	}
 	ms := func(n ...int) []time.Duration {
 		var out []time.Duration
@@ -106,20 +131,23 @@ func TestLeaseLatencyFile(t *testing.T) {
 		from, to         time.Time
 		want             []time.Duration
 		failed, timedOut int
+		attempts         map[string][]time.Time
 	}{
-		{"all", base, base.Add(time.Minute), ms(5, 7, 90, 3), 1, 1},
-		{"window", base.Add(5 * time.Second), base.Add(35 * time.Second), ms(7, 90), 0, 1},
-		{"a failure", base.Add(35 * time.Second), base.Add(45 * time.Second), nil, 1, 0},
-		{"none", base.Add(time.Hour), base.Add(2 * time.Hour), nil, 0, 0},
+		{"all", base, base.Add(time.Minute), ms(5, 7, 90, 3, 4), 1, 1, at(0, 10, 20, 30, 40, 50)},
+		{"window", base.Add(5 * time.Second), base.Add(35 * time.Second), ms(7, 90), 0, 1, at(10, 20, 30)},
+		{"a failure", base.Add(35 * time.Second), base.Add(45 * time.Second), nil, 1, 0, at(40)},
+		{"lines without node or outcome", base.Add(55 * time.Second), base.Add(2 * time.Minute), ms(4), 1, 0, nil},
+		{"none", base.Add(time.Hour), base.Add(2 * time.Hour), nil, 0, 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := readLeaseLatencies(path, tc.from, tc.to)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(got.ok, tc.want) || got.failed != tc.failed || got.timedOut != tc.timedOut {
-				t.Errorf("got %v, %d failed, %d timed out; want %v, %d failed, %d timed out",
-					got.ok, got.failed, got.timedOut, tc.want, tc.failed, tc.timedOut)
+			if !slices.Equal(got.ok, tc.want) || got.failed != tc.failed || got.timedOut != tc.timedOut ||
+				!maps.EqualFunc(got.attempts, tc.attempts, slices.Equal) {
+				t.Errorf("got %v, %d failed, %d timed out, attempts %v; want %v, %d failed, %d timed out, %v",
+					got.ok, got.failed, got.timedOut, got.attempts, tc.want, tc.failed, tc.timedOut, tc.attempts)
 			}
 		})
 	}
@@ -175,6 +203,9 @@ func TestLeaseTimer(t *testing.T) {
 			var got []outcome
 			for _, s := range rec.samples {
 				got = append(got, s.outcome)
+				if s.node != "n1" {
+					t.Errorf("recorded for node %q, want n1 (the Lease's name)", s.node)
+				}
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("recorded %v, want %v (0 ok, 1 failed, 2 timed out)", got, tc.want)
@@ -203,6 +234,43 @@ func TestPercentile(t *testing.T) {
 	} {
 		if got := percentile(ms(tc.n), tc.p); got != tc.want {
 			t.Errorf("p%v of 1..%d ms = %v, want %v", tc.p, tc.n, got, tc.want)
+		}
+	}
+}
+
+func TestMissedRenewals(t *testing.T) {
+	from := time.Unix(1_800_000_000, 0).Add(300 * time.Millisecond)
+	to := from.Add(time.Minute)
+	// every: attempts at from + the seconds given (whole seconds, as the
+	// files have them).
+	every := func(s ...int) []time.Time {
+		var out []time.Time
+		for _, v := range s {
+			out = append(out, from.Truncate(time.Second).Add(time.Duration(v)*time.Second))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name     string
+		attempts map[string][]time.Time
+		interval time.Duration
+		want     int
+	}{
+		{"every 10 s", map[string][]time.Time{"a": every(5, 15, 25, 35, 45, 55)}, 10 * time.Second, 0},
+		{"a second late or early is not missed", map[string][]time.Time{"a": every(9, 20, 29, 41, 50, 59)}, 10 * time.Second, 0},
+		{"retries of a failure are attempts", map[string][]time.Time{"a": every(5, 15, 15, 15, 25, 35, 45, 55)}, 10 * time.Second, 0},
+		{"one missed", map[string][]time.Time{"a": every(5, 15, 35, 45, 55)}, 10 * time.Second, 1},
+		{"stopped 40 s", map[string][]time.Time{"a": every(5, 15, 55)}, 10 * time.Second, 3},
+		{"none at the start", map[string][]time.Time{"a": every(35, 45, 55)}, 10 * time.Second, 3},
+		{"none at the end", map[string][]time.Time{"a": every(5, 15, 25)}, 10 * time.Second, 3},
+		{"each node apart, in any order", map[string][]time.Time{"a": every(55, 5, 45, 35, 25, 15), "b": every(8, 38, 48, 58)}, 10 * time.Second, 2},
+		{"no attempts at all", map[string][]time.Time{"a": nil}, 10 * time.Second, 6},
+		{"one late at the start is not missed", map[string][]time.Time{"a": every(14, 24, 34, 44, 54)}, 10 * time.Second, 0},
+		{"a 30 s heartbeat", map[string][]time.Time{"a": every(20, 50)}, 30 * time.Second, 0},
+		{"no interval", map[string][]time.Time{"a": every(5)}, 0, 0},
+	} {
+		if got := missedRenewals(tc.attempts, from, to, tc.interval); got != tc.want {
+			t.Errorf("%s: %d missed, want %d", tc.name, got, tc.want)
 		}
 	}
 }
