@@ -12,7 +12,6 @@ import (
 	"net"
 	"path/filepath"
 	"testing"
-	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
@@ -21,7 +20,6 @@ import (
 	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/chain"
-	"github.com/edgeplane/edgeplane/pkg/datastore"
 )
 
 // ServiceCIDR is the service CIDR the test server allocates from.
@@ -67,71 +65,20 @@ func StartWith(t *testing.T, ctx context.Context, o Options) *Server {
 		_ = l.Close()
 		t.Fatal(err)
 	}
-	store, err := datastore.New(datastore.Options{Type: datastore.TypeSQLite, DataDir: dir})
-	if err != nil {
-		_ = l.Close()
-		t.Fatal(err)
-	}
-	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := store.Start(startCtx); err != nil {
-		_ = l.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := store.Stop(stopCtx); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := store.Ready(startCtx); err != nil {
-		_ = l.Close()
-		t.Fatal(err)
-	}
+	store := startStore(t, ctx, dir)
 	advertise, err := utilnet.ChooseHostInterface()
 	if err != nil {
 		_ = l.Close()
 	}
 	testenv.Require(t, "a host address to advertise (an interface with a default route)", err)
-	var apis []chain.APIInstaller
+	cfg := chainConfig(pki, store, l, advertise, filepath.Join(dir, "config"))
 	if o.APIs != nil {
-		if apis, err = o.APIs(pki); err != nil {
+		if cfg.APIs, err = o.APIs(pki); err != nil {
 			_ = l.Close()
 			t.Fatal(err)
 		}
 	}
-	sc := store.Client()
-	apiserver, err := chain.New(chain.Config{
-		APIs:     apis,
-		Listener: l, AdvertiseAddress: advertise, ServiceCIDR: serviceCIDR, ClusterDomain: "cluster.local",
-		StateDir: filepath.Join(dir, "config"),
-		Files: chain.Files{
-			ServingCert: pki.APIServerServing.Cert, ServingKey: pki.APIServerServing.Key,
-			KubeletCA: pki.KubeletServingCABundle, ClientCA: pki.ClientCA.Cert, FrontProxyCA: pki.FrontProxyCA.Cert,
-			FrontProxyClientCert: pki.FrontProxyClient.Cert, FrontProxyClientKey: pki.FrontProxyClient.Key,
-			KubeletClientCert: pki.APIServerKubeletClient.Cert, KubeletClientKey: pki.APIServerKubeletClient.Key,
-			ServiceAccountKey: pki.ServiceAccountKey, ServiceAccountPub: pki.ServiceAccountPub,
-		},
-		Storage: chain.Storage{Endpoints: sc.Endpoints, CAFile: sc.CAFile, CertFile: sc.CertFile, KeyFile: sc.KeyFile},
-	})
-	if err != nil {
-		_ = l.Close()
-		t.Fatal(err)
-	}
-	if err := apiserver.Start(startCtx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := apiserver.Stop(stopCtx); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := apiserver.Ready(startCtx); err != nil {
-		t.Fatal(err)
-	}
+	startChain(t, ctx, cfg)
 	return &Server{PKI: pki, Kubeconfig: pki.AdminKubeconfig, Dir: dir}
 }
 
