@@ -135,7 +135,7 @@ type Endpoint struct {
 	settled    chan struct{}
 	settleOnce sync.Once
 	unsettled  int
-	rand    *rand.Rand
+	rand       *rand.Rand
 
 	listener net.Listener
 	cancel   context.CancelFunc

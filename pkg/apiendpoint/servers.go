@@ -19,7 +19,7 @@ type server struct {
 	// healthy and failures change under the Endpoint's mu.
 	healthy  bool
 	failures int
-	reported bool // checked at least once
+	reported bool               // checked at least once
 	cancel   context.CancelFunc // ends its checks
 
 	mu    sync.Mutex
