@@ -98,6 +98,9 @@ func TestEndpoint(t *testing.T) {
 	})
 
 	t.Run("learns the servers from the EndpointSlice and keeps them", func(t *testing.T) {
+		if err := EnsureRBAC(ctx, admin); err != nil { // when run alone
+			t.Fatal(err)
+		}
 		dir := t.TempDir()
 		stateFile := filepath.Join(dir, StateFileName)
 		listen := freeAddr(t)
