@@ -212,6 +212,8 @@ func TestEndpoint(t *testing.T) {
 		}
 	})
 
+	t.Run("footprint", func(t *testing.T) { footprint(t, c, 50) })
+
 	t.Run("fails over, open watches included", func(t *testing.T) {
 		links := []*link{newLink(t, c.Members[0].Addr), newLink(t, c.Members[1].Addr)}
 		stateFile := filepath.Join(t.TempDir(), StateFileName)

@@ -269,17 +269,17 @@ func (e *Endpoint) proxy(ctx context.Context, c net.Conn) {
 		s.mu.Unlock()
 		p.close()
 	}()
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(p.upstream, p.client); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(p.client, p.upstream); done <- struct{}{} }()
-	left := 2
-	select {
-	case <-done:
-		left--
-	case <-ctx.Done():
+	if ctx.Err() != nil { // stopped before the pair was registered
+		return
 	}
+	// Stop and a server marked down close the pair: both copies end.
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(p.client, p.upstream)
+		p.close()
+		close(done)
+	}()
+	_, _ = io.Copy(p.upstream, p.client)
 	p.close()
-	for ; left > 0; left-- {
-		<-done
-	}
+	<-done
 }
