@@ -4,6 +4,9 @@
 //	credentials  the node's client certificate and kubeconfig, before any
 //	             part starts: a token join with the node's identity key
 //	             (TokenJoin), or minted by the server (LocalCA)
+//	api-endpoint an agent's node-local API endpoint (pkg/apiendpoint) on
+//	             127.0.0.1:6444, through which the parts below reach
+//	             every server (unless off)
 //	images       the airgap images, imported into the runtime
 //	kubelet      upstream's, in this process
 //	flannel      the pod network across nodes (unless off)
@@ -153,6 +156,16 @@ const partStopTimeout = 30 * time.Second
 // build makes the node's parts for the cluster's settings.
 func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Component, error) {
 	s, p := n.cfg.Settings, n.paths
+	var parts []component.Component
+	if !n.cfg.InServer && !n.cfg.Disabled[PartAPIEndpoint] {
+		// An agent's parts reach the API through the node-local
+		// endpoint, which follows every server.
+		e, local, err := apiEndpoint(p)
+		if err != nil {
+			return nil, err
+		}
+		parts, p = append(parts, e), local
+	}
 	k, err := kubelet.New(n.cfg.KubeletOptions(p, cluster))
 	if err != nil {
 		return nil, err
@@ -166,10 +179,10 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 			klog.FromContext(ctx).Info("Dropped the kubelet's serving certificate from another CA: the kubelet asks for one from the kubelet-serving CA")
 		}
 	}
-	parts := []component.Component{
+	parts = append(parts,
 		&Images{Dir: p.Images, RuntimeEndpoint: n.cfg.Runtime.Endpoint, Pinned: []string{s.PauseImage}},
 		k,
-	}
+	)
 	if cluster.RenewServing != nil {
 		parts = append(parts, &servingRenewer{renew: cluster.RenewServing})
 	}
