@@ -23,25 +23,13 @@ var localAPIServer = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(api
 // server of the node's kubeconfig (its --server), and the paths the other
 // parts use: their kubeconfig (p.LocalKubeconfig) points at the endpoint.
 func apiEndpoint(p Paths) (*apiendpoint.Endpoint, Paths, error) {
-	cfg, err := clientcmd.LoadFromFile(p.Kubeconfig)
+	server, certFile, err := kubeconfigServer(p.Kubeconfig)
 	if err != nil {
-		return nil, p, fmt.Errorf("node API endpoint: %s: %w", p.Kubeconfig, err)
-	}
-	cur := cfg.Contexts[cfg.CurrentContext]
-	if cur == nil || cfg.Clusters[cur.Cluster] == nil || cfg.AuthInfos[cur.AuthInfo] == nil {
-		return nil, p, fmt.Errorf("node API endpoint: %s has no current cluster and user", p.Kubeconfig)
-	}
-	u, err := url.Parse(cfg.Clusters[cur.Cluster].Server)
-	if err != nil || u.Host == "" {
-		return nil, p, fmt.Errorf("node API endpoint: %s: server %q is not a URL", p.Kubeconfig, cfg.Clusters[cur.Cluster].Server)
-	}
-	server := u.Host
-	if u.Port() == "" {
-		server = net.JoinHostPort(u.Hostname(), "443")
+		return nil, p, err
 	}
 	local := p
 	local.Kubeconfig = p.LocalKubeconfig
-	if err := writeKubeconfig(local, localAPIServer, p.ServerCA, cfg.AuthInfos[cur.AuthInfo].ClientCertificate); err != nil {
+	if err := writeKubeconfig(local, localAPIServer, p.ServerCA, certFile); err != nil {
 		return nil, p, err
 	}
 	e, err := apiendpoint.New(apiendpoint.Config{
@@ -51,4 +39,27 @@ func apiEndpoint(p Paths) (*apiendpoint.Endpoint, Paths, error) {
 		return nil, p, err
 	}
 	return e, local, nil
+}
+
+// kubeconfigServer is the server (host:port) and the client certificate
+// file of the kubeconfig at path.
+func kubeconfigServer(path string) (server, certFile string, err error) {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return "", "", fmt.Errorf("node API endpoint: %s: %w", path, err)
+	}
+	cur := cfg.Contexts[cfg.CurrentContext]
+	if cur == nil || cfg.Clusters[cur.Cluster] == nil || cfg.AuthInfos[cur.AuthInfo] == nil {
+		return "", "", fmt.Errorf("node API endpoint: %s has no current cluster and user", path)
+	}
+	raw := cfg.Clusters[cur.Cluster].Server
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" {
+		return "", "", fmt.Errorf("node API endpoint: %s: server %q is not an https URL", path, raw)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port), cfg.AuthInfos[cur.AuthInfo].ClientCertificate, nil
 }
