@@ -3,6 +3,7 @@ module github.com/edgeplane/edgeplane
 go 1.26.5
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/containerd/containerd/api v1.11.1
 	github.com/distribution/reference v0.6.0
 	github.com/emicklei/go-restful/v3 v3.13.0
@@ -65,7 +66,6 @@ require (
 	dario.cat/mergo v1.0.1 // indirect
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20250102033503-faa5f7b0171c // indirect
-	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/DataDog/zstd v1.4.5 // indirect
 	github.com/JeffAshton/win_pdh v0.0.0-20161109143554-76bb4ee9f0ab // indirect
 	github.com/MakeNowJust/heredoc v1.0.0 // indirect

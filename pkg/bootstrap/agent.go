@@ -17,6 +17,8 @@ import (
 	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/internal/logfilter"
+	"github.com/edgeplane/edgeplane/pkg/containerd"
+	"github.com/edgeplane/edgeplane/pkg/criruntime"
 	"github.com/edgeplane/edgeplane/pkg/node"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
 	"github.com/edgeplane/edgeplane/pkg/sdnotify"
@@ -144,18 +146,32 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 			return err
 		}
 	}
-	rt, err := node.DetectRuntime(ctx, o.Node.RuntimeEndpoint)
-	if err != nil {
-		return err
+	// The node's own containerd starts once the node has joined (nothing
+	// is written to a new data dir before the server's CA is checked).
+	choice := node.ChooseRuntime(ctx, o.Node.RuntimeEndpoint)
+	var rt *criruntime.Runtime
+	if choice.Managed == nil {
+		if rt, err = node.DetectRuntime(ctx, o.Node.RuntimeEndpoint); err != nil {
+			return err
+		}
 	}
 	settings, err := o.Node.WithDefaultIP()
 	if err != nil {
 		return err
 	}
+	dir := filepath.Join(o.DataDir, node.DirName)
+	var managed *containerd.Containerd
+	if choice.Managed != nil {
+		if managed, err = node.NewManagedContainerd(ctx, settings, node.PathsIn(dir), choice.Managed, nil); err != nil {
+			return err
+		}
+	}
+	logger.Info("The node's container runtime", "managed", choice.Managed != nil, "why", choice.Why)
 	n, err := node.New(node.Config{
 		Settings:    settings,
-		Dir:         filepath.Join(o.DataDir, node.DirName),
+		Dir:         dir,
 		Runtime:     rt,
+		Managed:     managed,
 		Credentials: &node.TokenJoin{Server: o.Server, Token: o.Token, PrepareDir: prepare},
 		Disabled:    o.Disabled,
 	})

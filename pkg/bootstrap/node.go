@@ -16,6 +16,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	"github.com/edgeplane/edgeplane/pkg/apiendpoint"
+	"github.com/edgeplane/edgeplane/pkg/containerd"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
 	"github.com/edgeplane/edgeplane/pkg/kubeproxy"
@@ -86,21 +87,33 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 		logger.V(1).Info("The kubelet is disabled: this server is a control plane only")
 		return nil
 	}
-	rt, err := node.DetectRuntime(ctx, o.Node.RuntimeEndpoint)
-	switch {
-	case err == nil:
-	case o.Node.RuntimeEndpoint == "" && errors.Is(err, criruntime.ErrNoRuntime):
-		logger.Info("No container runtime found: this server is a control plane only; install one (apt-get install containerd) and restart to make it a node too, or pass --disable=kubelet to silence this", "detail", err.Error())
-		return nil
-	case o.Node.RuntimeEndpoint == "":
-		logger.Error(err, "The container runtime does not answer: this server stays a control plane only until it is restarted with a working runtime")
-		return nil
-	default:
-		return fmt.Errorf("--container-runtime-endpoint: %w", err)
+	choice := node.ChooseRuntime(ctx, o.Node.RuntimeEndpoint)
+	var (
+		rt      *criruntime.Runtime
+		runtime string
+	)
+	if choice.Managed != nil {
+		runtime = "containerd " + choice.Managed.Version + ", run by edgeplane"
+	} else {
+		var err error
+		rt, err = node.DetectRuntime(ctx, o.Node.RuntimeEndpoint)
+		switch {
+		case err == nil:
+		case o.Node.RuntimeEndpoint == "" && errors.Is(err, criruntime.ErrNoRuntime):
+			logger.Info("No container runtime found: this server is a control plane only; install one (apt-get install containerd) and restart to make it a node too, or pass --disable=kubelet to silence this", "detail", err.Error(), "why", choice.Why)
+			return nil
+		case o.Node.RuntimeEndpoint == "":
+			logger.Error(err, "The container runtime does not answer: this server stays a control plane only until it is restarted with a working runtime")
+			return nil
+		default:
+			return fmt.Errorf("--container-runtime-endpoint: %w", err)
+		}
+		runtime = rt.Name + " " + rt.Version
 	}
-	if err := o.nodeReachesAPI(rt.Name + " " + rt.Version); err != nil {
+	if err := o.nodeReachesAPI(runtime); err != nil {
 		return err
 	}
+	logger.Info("The node's container runtime", "runtime", runtime, "why", choice.Why)
 	admin, err := s.adminClient("node-identity")
 	if err != nil {
 		return err
@@ -111,10 +124,18 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 	if err != nil {
 		return err
 	}
+	dir := filepath.Join(o.DataDir, node.DirName)
+	var managed *containerd.Containerd
+	if choice.Managed != nil {
+		if managed, err = node.NewManagedContainerd(ctx, settings, node.PathsIn(dir), choice.Managed, nil); err != nil {
+			return err
+		}
+	}
 	n, err := node.New(node.Config{
 		Settings: settings,
-		Dir:      filepath.Join(o.DataDir, node.DirName),
+		Dir:      dir,
 		Runtime:  rt,
+		Managed:  managed,
 		Credentials: &node.LocalCA{
 			PKI: s.pki, Server: localServerURL(o.BindAddress, port), Admin: admin, IPs: settings.IPs,
 			Settings: o.nodeSettings(), Network: o.Network,
@@ -129,7 +150,7 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 		return err
 	}
 	s.nodeIPs = settings.IPs
-	logger.Info("This server is a node too", "node", o.Node.Name, "runtime", rt.Name+" "+rt.Version,
+	logger.Info("This server is a node too", "node", o.Node.Name, "runtime", n.Runtime().Name+" "+n.Runtime().Version,
 		"duration", time.Since(n.Began()).Round(time.Millisecond))
 	return s.mgr.StartBackground(ctx, background.NewTask("node-ready", func(taskCtx context.Context) {
 		if err := n.Ready(taskCtx); err == nil {

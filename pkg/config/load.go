@@ -166,7 +166,13 @@ func readFile(file string) ([]byte, error) {
 }
 
 // joinLines joins errors one per line, or returns nil for none.
-func joinLines(errs []error) error {
+func joinLines(errs []error) error { return Problems("config", errs) }
+
+// Problems joins the problems found in a file, one per line under "what:
+// N problems:", so that a user sees every one at once; one problem is
+// returned as it is, none as nil. Other readers of edgeplane's files
+// (registries.yaml) report with it.
+func Problems(what string, errs []error) error {
 	switch len(errs) {
 	case 0:
 		return nil
@@ -177,5 +183,5 @@ func joinLines(errs []error) error {
 	for i, err := range errs {
 		lines[i] = "  " + err.Error()
 	}
-	return fmt.Errorf("config: %d problems:\n%s", len(errs), strings.Join(lines, "\n"))
+	return fmt.Errorf("%s: %d problems:\n%s", what, len(errs), strings.Join(lines, "\n"))
 }

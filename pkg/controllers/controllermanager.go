@@ -107,10 +107,17 @@ func (m *ControllerManager) term(ctx context.Context, ready func()) error {
 		}
 	})
 	// Their failure ends the term, as a controller's failing to start ends
-	// upstream's Run.
+	// upstream's Run. So does the taint-eviction controller's, run outside
+	// upstream's too (autonomy.go).
 	var configMapsErr error
 	wg.Go(func() {
 		if configMapsErr = runConfigMapControllers(termCtx, c.Kubeconfig, c.Client.CoreV1(), s.SAController.RootCAFile); configMapsErr != nil {
+			cancel()
+		}
+	})
+	var evictionErr error
+	wg.Go(func() {
+		if evictionErr = runTaintEviction(termCtx, c.Kubeconfig, c.Client.CoreV1()); evictionErr != nil {
 			cancel()
 		}
 	})
@@ -121,7 +128,7 @@ func (m *ControllerManager) term(ctx context.Context, ready func()) error {
 		releaseLeakedInformerName(klog.FromContext(ctx))
 	}
 	if err == nil {
-		err = configMapsErr
+		err = errors.Join(configMapsErr, evictionErr)
 	}
 	return err
 }

@@ -58,6 +58,11 @@ func controllerManagerOptions(o *Options) (*cmoptions.KubeControllerManagerOptio
 	for _, name := range configMapControllers {
 		s.Generic.Controllers = append(s.Generic.Controllers, "-"+name)
 	}
+	// Run by runTaintEviction instead, on a Node informer that spares
+	// autonomous nodes (autonomy.go).
+	for _, name := range evictionControllers {
+		s.Generic.Controllers = append(s.Generic.Controllers, "-"+name)
+	}
 	capWorkers(s, o.MaxWorkers)
 	if o.Lean {
 		for _, name := range leanDisabledControllers {

@@ -9,6 +9,7 @@ package criruntime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -86,6 +87,10 @@ type Runtime struct {
 	APIVersion string
 	// CgroupDriver is "systemd", "cgroupfs", or CgroupDriverUnknown.
 	CgroupDriver string
+	// SandboxImage is the pause image the runtime is configured with
+	// (containerd's sandbox_image, from its verbose CRI status); "" when
+	// it does not say.
+	SandboxImage string
 	Conditions   []Condition
 	// Supported: it serves the CRI v1 API, which this kubelet needs.
 	Supported bool
@@ -227,7 +232,7 @@ func describe(ctx context.Context, path string, timeout time.Duration) (*Runtime
 		Supported:  true,
 	}
 
-	st, err := svc.Status(quiet, false)
+	st, err := svc.Status(quiet, true)
 	switch {
 	case err != nil:
 		rt.Warnings = append(rt.Warnings, fmt.Sprintf("the runtime's status is unknown (%v)", err))
@@ -236,6 +241,7 @@ func describe(ctx context.Context, path string, timeout time.Duration) (*Runtime
 			rt.Conditions = append(rt.Conditions, Condition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message})
 		}
 	}
+	rt.SandboxImage = sandboxImage(st.GetInfo())
 	if c, ok := rt.Condition(runtimeapi.RuntimeReady); ok && !c.Status {
 		rt.Warnings = append(rt.Warnings, "the runtime says it is not ready: "+c.String())
 	}
@@ -256,6 +262,19 @@ func describe(ctx context.Context, path string, timeout time.Duration) (*Runtime
 	logger.V(2).Info("Found the container runtime", "endpoint", endpoint, "name", rt.Name, "version", rt.Version,
 		"apiVersion", rt.APIVersion, "cgroupDriver", rt.CgroupDriver)
 	return rt, nil
+}
+
+// sandboxImage reads the sandbox image from a verbose CRI status:
+// containerd (1.6, 1.7) puts its CRI configuration, sandboxImage among it,
+// under "config". Another runtime gives "".
+func sandboxImage(info map[string]string) string {
+	var config struct {
+		SandboxImage string `json:"sandboxImage"`
+	}
+	if err := json.Unmarshal([]byte(info["config"]), &config); err != nil {
+		return ""
+	}
+	return config.SandboxImage
 }
 
 func cgroupDriverName(d runtimeapi.CgroupDriver) string {

@@ -48,6 +48,9 @@ func TestDetectContainerd(t *testing.T) {
 	if warned != old {
 		t.Errorf("containerd %s: warned about its age %t, want %t (warnings %q)", rt.Version, warned, old, rt.Warnings)
 	}
+	if rt.SandboxImage != ctrd.PauseImage {
+		t.Errorf("SandboxImage %q, want %q (the sandbox_image of its config)", rt.SandboxImage, ctrd.PauseImage)
+	}
 	// containerd 1.6 has no RuntimeConfig; 1.7 and later name the driver.
 	switch {
 	case old && rt.CgroupDriver != CgroupDriverUnknown:

@@ -4,6 +4,9 @@
 //	credentials  the node's client certificate and kubeconfig, before any
 //	             part starts: a token join with the node's identity key
 //	             (TokenJoin), or minted by the server (LocalCA)
+//	containerd   the node's own container runtime (pkg/containerd), when
+//	             edgeplane runs it (ChooseRuntime): started and answering
+//	             before any other part, stopped after all of them
 //	api-endpoint an agent's node-local API endpoint (pkg/apiendpoint) on
 //	             127.0.0.1:6444, through which the parts below reach
 //	             every server (unless off)
@@ -38,6 +41,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	"github.com/edgeplane/edgeplane/pkg/certs"
+	"github.com/edgeplane/edgeplane/pkg/containerd"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
 	"github.com/edgeplane/edgeplane/pkg/localstorage"
@@ -52,8 +56,13 @@ type Config struct {
 	// Dir is the node's directory, <data-dir>/agent.
 	Dir string
 	// Runtime is the container runtime the node runs pods with
-	// (DetectRuntime).
+	// (DetectRuntime); nil with Managed, whose containerd is detected once
+	// it answers.
 	Runtime *criruntime.Runtime
+	// Managed is the node's own containerd (NewManagedContainerd), started
+	// after the credentials and before every other part; nil: Runtime is
+	// the host's.
+	Managed *containerd.Containerd
 	// Credentials give the node its client certificate and the cluster's
 	// settings.
 	Credentials Credentials
@@ -102,7 +111,7 @@ var (
 
 // New checks cfg; nothing starts until Start.
 func New(cfg Config) (*Node, error) {
-	if cfg.Runtime == nil || cfg.Credentials == nil || cfg.Dir == "" {
+	if (cfg.Runtime == nil && cfg.Managed == nil) || cfg.Credentials == nil || cfg.Dir == "" {
 		return nil, errors.New("node: a runtime, credentials and a directory are required")
 	}
 	p := PathsIn(cfg.Dir)
@@ -126,8 +135,12 @@ func (n *Node) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := n.startManaged(ctx); err != nil {
+		return err
+	}
 	parts, err := n.build(ctx, cluster)
 	if err != nil {
+		_ = n.mgr.StopAll(context.WithoutCancel(ctx), partStopTimeout)
 		return err
 	}
 	for _, p := range parts {
@@ -148,6 +161,40 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// startManaged starts the node's own containerd, waits until it answers
+// (its Ready gates the kubelet and every other part) and makes it the
+// node's runtime. The manager stops it after every other part.
+func (n *Node) startManaged(ctx context.Context) error {
+	if n.cfg.Managed == nil {
+		return nil
+	}
+	if err := n.mgr.Start(ctx, n.cfg.Managed, partStopTimeout); err != nil {
+		return err
+	}
+	rt, err := DetectRuntime(ctx, n.cfg.Managed.Endpoint())
+	if err != nil {
+		_ = n.mgr.StopAll(context.WithoutCancel(ctx), partStopTimeout)
+		return fmt.Errorf("the node's containerd: %w", err)
+	}
+	if cgroupDriver(rt.CgroupDriver) == "" {
+		// containerd 1.6 does not say; it runs with the driver it was
+		// configured with.
+		rt.CgroupDriver = n.cfg.Managed.CgroupDriver()
+	}
+	n.mu.Lock()
+	n.cfg.Runtime = rt
+	n.mu.Unlock()
+	return nil
+}
+
+// Runtime is the container runtime the node runs pods with; with a
+// managed containerd, known once Start returned.
+func (n *Node) Runtime() *criruntime.Runtime {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cfg.Runtime
 }
 
 // partStopTimeout bounds each part's Stop.
@@ -180,7 +227,7 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 		}
 	}
 	parts = append(parts,
-		&Images{Dir: p.Images, RuntimeEndpoint: n.cfg.Runtime.Endpoint, Pinned: []string{s.PauseImage}},
+		n.images(ctx),
 		k,
 	)
 	if cluster.RenewServing != nil {

@@ -13,12 +13,13 @@ import (
 
 	"github.com/edgeplane/edgeplane/pkg/cni"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
+	"github.com/edgeplane/edgeplane/pkg/pauseimage"
+	"github.com/edgeplane/edgeplane/pkg/registries"
 )
 
-// defaultPauseImage is the sandbox image of Debian's and upstream's
-// containerd 1.6 configuration; edgeplane pins it when it imports it from
-// the airgap directory, so that the kubelet's image GC keeps it.
-const defaultPauseImage = "registry.k8s.io/pause:3.6"
+// defaultPauseImage is the pause image embedded in edgeplane, imported
+// into the runtime when the node starts (pkg/pauseimage).
+const defaultPauseImage = pauseimage.Name
 
 // Options are the flags of a node, shared by `edgeplane agent` and by a
 // server that is its own node.
@@ -32,11 +33,12 @@ type Options struct {
 	CNIConfDir      string
 	PauseImage      string
 	PodLogsDir      string
+	RegistriesFile  string
 }
 
 // NewOptions returns the defaults.
 func NewOptions() Options {
-	return Options{CNIConfDir: cni.DefaultConfDir, PauseImage: defaultPauseImage}
+	return Options{CNIConfDir: cni.DefaultConfDir, PauseImage: defaultPauseImage, RegistriesFile: registries.DefaultFile}
 }
 
 // AddFlags binds the node's flags to fs.
@@ -49,7 +51,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.KubeletArgs, "kubelet-arg", o.KubeletArgs, "Kubelet flag name=value, without dashes (repeatable); overrides edgeplane's setting of it.")
 	fs.StringVar(&o.CNIConfDir, "cni-conf-dir", o.CNIConfDir, "Directory the container runtime reads CNI network configurations from; edgeplane writes the node's pod network there.")
 	fs.StringVar(&o.PodLogsDir, "pod-logs-dir", o.PodLogsDir, "Directory of the containers' log files (the kubelet's podLogsDir; default /var/log/pods). Two nodes on one host need one each: each kubelet removes the other's logs.")
-	fs.StringVar(&o.PauseImage, "pause-image", o.PauseImage, "Sandbox (pause) image the container runtime is configured with (containerd: sandbox_image); kept from image garbage collection when imported from the airgap directory.")
+	fs.StringVar(&o.RegistriesFile, "registries-file", o.RegistriesFile, "Registry mirrors and credentials of the node's managed containerd, in k3s's registries.yaml format (docs/REGISTRIES.md); a missing file means none.")
+	fs.StringVar(&o.PauseImage, "pause-image", o.PauseImage, "Sandbox (pause) image the container runtime is configured with (containerd: sandbox_image). The default is the pause image inside edgeplane, imported at start and again whenever image garbage collection removed it; another image comes from the airgap directory (pinned there) or a registry.")
 }
 
 // Settings are parsed Options: this node's own settings.
@@ -63,6 +66,10 @@ type Settings struct {
 	CNIConfDir      string
 	PauseImage      string
 	PodLogsDir      string
+	// Registries is the parsed --registries-file (empty when there is no
+	// file): hosts.toml files (WriteHosts) and CRI auth entries (Auths)
+	// for a managed containerd.
+	Registries *registries.Registries
 }
 
 // Complete parses the node options; hostname is the default node name.
@@ -125,6 +132,16 @@ func (o *Options) Complete(hostname string) (Settings, []error) {
 		} else {
 			c.PodLogsDir = filepath.Clean(dir)
 		}
+	}
+	if file := strings.TrimSpace(o.RegistriesFile); file != "" {
+		r, err := registries.Load(file)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--registries-file: %w", err))
+		}
+		c.Registries = r
+	}
+	if c.Registries == nil {
+		c.Registries = &registries.Registries{}
 	}
 	return c, errs
 }

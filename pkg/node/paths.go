@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 
 	"github.com/edgeplane/edgeplane/pkg/apiendpoint"
+	"github.com/edgeplane/edgeplane/pkg/containerd"
 	"github.com/edgeplane/edgeplane/pkg/nodeidentity"
 )
 
@@ -37,12 +38,30 @@ type Paths struct {
 	CertDir string
 	// Images is the airgap images directory.
 	Images string
+	// PauseImage is where the embedded pause image is written for its
+	// import.
+	PauseImage string
 	// Flannel is flannel's directory (its network configuration).
 	Flannel string
+	// Containerd is the managed containerd's directory (pkg/containerd):
+	// ContainerdConfig is its generated config.toml, ContainerdTemplate a
+	// user's config.toml.tmpl, ContainerdSocket its CRI and API socket,
+	// ContainerdCerts the registries' certs.d tree of hosts.toml files,
+	// ContainerdLog its log, ContainerdRoot and ContainerdState its own
+	// root and state directories.
+	Containerd         string
+	ContainerdConfig   string
+	ContainerdTemplate string
+	ContainerdSocket   string
+	ContainerdCerts    string
+	ContainerdLog      string
+	ContainerdRoot     string
+	ContainerdState    string
 }
 
 // PathsIn lays the files out under dir.
 func PathsIn(dir string) Paths {
+	ctd := filepath.Join(dir, "containerd")
 	return Paths{
 		Dir:             dir,
 		ServerCA:        filepath.Join(dir, "server-ca.crt"),
@@ -55,7 +74,17 @@ func PathsIn(dir string) Paths {
 		RootDir:         filepath.Join(dir, "kubelet"),
 		CertDir:         filepath.Join(dir, "kubelet", "pki"),
 		Images:          filepath.Join(dir, "images"),
+		PauseImage:      filepath.Join(dir, "pause-image"),
 		Flannel:         filepath.Join(dir, "flannel"),
+
+		Containerd:         ctd,
+		ContainerdConfig:   filepath.Join(ctd, containerd.ConfigFile),
+		ContainerdTemplate: filepath.Join(ctd, containerd.TemplateFile),
+		ContainerdSocket:   filepath.Join(ctd, containerd.SocketFile),
+		ContainerdCerts:    filepath.Join(ctd, containerd.CertsDir),
+		ContainerdLog:      filepath.Join(ctd, containerd.LogFile),
+		ContainerdRoot:     filepath.Join(ctd, containerd.RootDir),
+		ContainerdState:    filepath.Join(ctd, containerd.StateDir),
 	}
 }
 

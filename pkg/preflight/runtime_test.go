@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeplane/edgeplane/pkg/containerd"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
 )
 
@@ -70,6 +71,38 @@ func TestEvaluateRuntime(t *testing.T) {
 			want: []string{
 				"ok runtime", "ok cgroup-driver",
 				"warn kubelet-cgroups: cgroup version unknown: statfs /sys/fs/cgroup: no such file or directory: the kubelet may not start",
+			},
+		},
+		{
+			name: "containerd run by edgeplane",
+			facts: RuntimeFacts{Cgroups: criruntime.CgroupV2, Managed: ManagedRuntime{
+				Binary: &containerd.Binary{Path: "/usr/bin/containerd", Version: "1.6.20~ds1"}, Why: "no --container-runtime-endpoint, and containerd 1.6.20~ds1 is on the PATH",
+				Dir: "/var/lib/edgeplane/agent/containerd", CgroupDriver: "systemd"}},
+			want: []string{
+				"ok runtime: containerd 1.6.20~ds1 (/usr/bin/containerd), run by edgeplane under /var/lib/edgeplane/agent/containerd: no --container-runtime-endpoint, and containerd 1.6.20~ds1 is on the PATH",
+				"ok cgroup-driver: systemd (the kubelet's and the managed containerd's)",
+				"ok kubelet-cgroups: cgroup v2",
+			},
+		},
+		{
+			name: "containerd run by edgeplane, data dir too long for its socket",
+			facts: RuntimeFacts{Cgroups: criruntime.CgroupV2, Managed: ManagedRuntime{
+				Binary: &containerd.Binary{Path: "/usr/bin/containerd", Version: "1.7.2"}, Dir: "/" + strings.Repeat("d", 100) + "/agent/containerd",
+				CgroupDriverErr: fmt.Errorf("--kubelet-arg=cgroup-driver=cgroup: want systemd or cgroupfs")}},
+			want: []string{
+				"ok runtime: containerd 1.7.2",
+				"BLOCKER runtime: use a shorter --data-dir",
+				"BLOCKER cgroup-driver: --kubelet-arg=cgroup-driver=cgroup",
+				"ok kubelet-cgroups",
+			},
+		},
+		{
+			name:  "no runtime, no containerd binary",
+			facts: RuntimeFacts{Err: noRuntime, Cgroups: criruntime.CgroupV2, Managed: ManagedRuntime{Why: "edgeplane runs no containerd of its own (no containerd binary found)"}},
+			want: []string{
+				"warn runtime: no container runtime found",
+				"ok runtime: edgeplane runs no containerd of its own (no containerd binary found)",
+				"ok kubelet-cgroups",
 			},
 		},
 		{

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/edgeplane/edgeplane/pkg/bootstrap"
+	"github.com/edgeplane/edgeplane/pkg/node"
 	"github.com/edgeplane/edgeplane/pkg/preflight"
 )
 
@@ -54,7 +55,14 @@ func newCheckCommand() *cobra.Command {
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			runtime := preflight.GatherRuntime(ctx, o.Node.RuntimeEndpoint, disables(o.Disable, "kubelet"))
+			var managed preflight.ManagedRuntime
+			if !disables(o.Disable, "kubelet") {
+				choice := node.ChooseRuntime(ctx, o.Node.RuntimeEndpoint)
+				managed = preflight.ManagedRuntime{Binary: choice.Managed, Why: choice.Why,
+					Dir: node.PathsIn(filepath.Join(dataDir, node.DirName)).Containerd}
+				managed.CgroupDriver, managed.CgroupDriverErr = node.ManagedCgroupDriver(o.Node.KubeletArgs)
+			}
+			runtime := preflight.GatherRuntime(ctx, o.Node.RuntimeEndpoint, disables(o.Disable, "kubelet"), managed)
 			findings = append(findings, preflight.EvaluateRuntime(runtime)...)
 			// What its pods' network and Services need from the host.
 			var nodeIP net.IP

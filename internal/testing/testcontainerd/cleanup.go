@@ -175,3 +175,17 @@ func unescapeMount(s string) string {
 	}
 	return b.String()
 }
+
+// Teardown cleans up after a containerd that a test did not start with
+// Launch (a managed containerd component, say) over socket, root and
+// state: it removes every pod sandbox through CRI while containerd still
+// answers, calls stop (which stops containerd), then kills the shims left
+// for that socket and their containers, and unmounts what is left under
+// root and state.
+func Teardown(socket, root, state string, stop func(), logf func(format string, args ...any)) {
+	c := &Containerd{Socket: socket, Endpoint: "unix://" + socket, Root: root, State: state}
+	c.removePods(logf)
+	stop()
+	c.killShims(logf)
+	c.unmountAll(logf)
+}

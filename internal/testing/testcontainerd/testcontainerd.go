@@ -60,6 +60,15 @@ type Options struct {
 	// directory of <registry host>/hosts.toml files (mirrors, say); empty
 	// means none.
 	RegistryConfigDir string
+	// RegistryAuths are the CRI plugin's registry.configs.<host>.auth
+	// entries (credentials containerd 1.6 and 1.7 use with config_path).
+	RegistryAuths []RegistryAuth
+}
+
+// RegistryAuth is the credentials for one registry host (host or
+// host:port, as containerd dials it).
+type RegistryAuth struct {
+	Host, Username, Password string
 }
 
 // Containerd is a running private containerd.
@@ -83,6 +92,8 @@ type Containerd struct {
 	Snapshotter string
 	// RegistryConfigDir is Options.RegistryConfigDir.
 	RegistryConfigDir string
+	// RegistryAuths is Options.RegistryAuths.
+	RegistryAuths []RegistryAuth
 
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -145,6 +156,7 @@ func Launch(dir, short string, opts Options) (*Containerd, error) {
 		log:          &syncBuffer{},
 
 		RegistryConfigDir: opts.RegistryConfigDir,
+		RegistryAuths:     opts.RegistryAuths,
 	}
 	c.Endpoint = "unix://" + c.Socket
 	if c.CNIConfDir == "" {
@@ -288,10 +300,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     conf_dir = %q
 `, c.Root, c.State, c.Socket, c.Socket+".ttrpc", filepath.Join(c.Root, "opt"), c.PauseImage, c.Snapshotter,
 		wrapper, c.CNIBinDir, c.CNIConfDir)
-	if c.RegistryConfigDir != "" {
+	if c.RegistryConfigDir != "" || len(c.RegistryAuths) > 0 {
 		fmt.Fprintf(&b, `  [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %q
 `, c.RegistryConfigDir)
+	}
+	for _, a := range c.RegistryAuths {
+		fmt.Fprintf(&b, `    [plugins."io.containerd.grpc.v1.cri".registry.configs.%q.auth]
+      username = %q
+      password = %q
+`, a.Host, a.Username, a.Password)
 	}
 	return b.String()
 }
