@@ -43,17 +43,26 @@ vet:
 	go vet ./...
 
 # Release folder dist/: static, stripped, stamped binaries for linux/amd64,
-# linux/arm64 and linux/arm (ARMv7), install.sh, edgeplane-uninstall.sh and
-# SHA256SUMS. A cold cross build takes minutes per architecture.
+# linux/arm64 and linux/arm (ARMv7), each one's container runtime for a node
+# (runtime-linux-<arch>.tar.gz, hack/dist-runtime.sh: Debian's containerd,
+# runc and CNI plugins through apt, crictl built from source), install.sh,
+# edgeplane-uninstall.sh and SHA256SUMS. A cold cross build takes minutes per
+# architecture; the runtime adds an apt index download and a crictl build per
+# architecture. DIST_RUNTIME=0 leaves the runtime out. Not part of make test.
 dist:
 	./hack/dist.sh $(VERSION)
 
-# Cross-builds linux/arm64 and runs it under qemu-aarch64 (Debian's
-# qemu-user-static): `edgeplane version`, then a server start to /readyz.
-# Not part of `make test`: the cross build is slow. QEMU_BINARY=dist/edgeplane-linux-arm64
-# reuses a `make dist` binary.
+# Cross-builds what make dist ships for boards, linux/arm64 and linux/arm
+# (ARMv7, GOARM=7), and runs each under qemu-user (Debian's qemu-user-static:
+# qemu-aarch64, qemu-arm): `edgeplane version`, then a server start to /readyz
+# and a write and read through SQLite. Not part of `make test`: the cross
+# builds are slow. QEMU_ARM64_BINARY=dist/edgeplane-linux-arm64 and
+# QEMU_ARM_BINARY=dist/edgeplane-linux-arm reuse `make dist` binaries;
+# QEMU_RUN=TestQEMU/armv7 runs one architecture.
+QEMU_RUN ?= TestQEMU
 test-qemu:
-	EDGEPLANE_TEST_QEMU=1 EDGEPLANE_QEMU_BINARY=$(QEMU_BINARY) go test $(TEST_FLAGS) -v -timeout 60m -run 'TestQEMU' ./test/e2e/
+	EDGEPLANE_TEST_QEMU=1 EDGEPLANE_QEMU_ARM64_BINARY=$(QEMU_ARM64_BINARY) EDGEPLANE_QEMU_ARM_BINARY=$(QEMU_ARM_BINARY) \
+		go test $(TEST_FLAGS) -v -timeout 60m -run '$(QEMU_RUN)' ./test/e2e/
 
 # Benchmark against upstream kube-apiserver + etcd (bench/, docs/PERFORMANCE.md):
 # builds the baseline from go.mod's versions, runs everything side by side on

@@ -1,6 +1,8 @@
 #!/bin/sh
 # Removes what edgeplane's install.sh installed: the server's and the
-# agent's services (systemd or OpenRC), the binary, the kubectl link,
+# agent's services (systemd or OpenRC), the binary, the kubectl link, the
+# shipped container runtime (the files install.sh lists in
+# /usr/local/lib/edgeplane/runtime.files),
 # /etc/edgeplane (env files, config.yaml, agent.yaml) and this script. The
 # data dir (certificates, the datastore, a node's images and pods' data)
 # stays unless asked for; what is mounted under it is unmounted first.
@@ -24,6 +26,8 @@ OPENRC_LOG=/var/log/edgeplane.log
 AGENT_SYSTEMD_UNIT=/etc/systemd/system/edgeplane-agent.service
 AGENT_OPENRC_SCRIPT=/etc/init.d/edgeplane-agent
 AGENT_LOG=/var/log/edgeplane-agent.log
+RUNTIME_DIR=/usr/local/lib/edgeplane
+RUNTIME_MANIFEST=$RUNTIME_DIR/runtime.files
 DRY_RUN=false
 DELETE_DATA=false
 
@@ -38,7 +42,7 @@ for arg in "$@"; do
 	--dry-run) DRY_RUN=true ;;
 	--delete-data) DELETE_DATA=true ;;
 	-h | --help)
-		sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) fatal "unknown argument $arg (try --help)" ;;
@@ -115,6 +119,13 @@ main() {
 		remove "$BIN_DIR/kubectl"
 	fi
 	remove "$BIN_DIR/edgeplane" "$CONFIG_DIR"
+	# The shipped container runtime, as far as install.sh wrote it (its list).
+	if [ -f "$ROOT$RUNTIME_MANIFEST" ]; then
+		while IFS= read -r f; do
+			case $f in /*) remove "$f" ;; esac
+		done <"$ROOT$RUNTIME_MANIFEST"
+		remove "$RUNTIME_DIR"
+	fi
 	if $DELETE_DATA; then
 		unmount_under "$DATA_DIR"
 		remove "$DATA_DIR"

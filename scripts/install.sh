@@ -12,6 +12,10 @@
 # folder made by `make dist`, or a checkout after `make build`):
 # edgeplane-linux-<arch>, edgeplane, ../bin/edgeplane or ../dist/edgeplane-linux-<arch>.
 # Nothing is downloaded. Running it again changes nothing unless an input did.
+# On a host with no container runtime, the release folder's
+# runtime-linux-<arch>.tar.gz (containerd, runc, ctr, crictl; make dist) is
+# installed beside the binary and its CNI plugins in /opt/cni/bin; a file
+# there that install.sh did not write is kept.
 #
 # Environment:
 #   EDGEPLANE_BINARY   the binary to install
@@ -23,6 +27,7 @@
 #   EDGEPLANE_INIT     systemd or openrc (default: systemd when it runs, else openrc)
 #   EDGEPLANE_BIN_DIR  where the binary goes (default /usr/local/bin)
 #   EDGEPLANE_SKIP_START=true  write everything but do not start the service
+#   EDGEPLANE_INSTALL_RUNTIME=false  do not install the shipped container runtime
 set -eu
 
 ROOT=${EDGEPLANE_ROOT:-}
@@ -38,6 +43,11 @@ AGENT_CONFIG_FILE=$CONFIG_DIR/agent.yaml
 AGENT_SYSTEMD_UNIT=/etc/systemd/system/edgeplane-agent.service
 AGENT_OPENRC_SCRIPT=/etc/init.d/edgeplane-agent
 AGENT_LOG=/var/log/edgeplane-agent.log
+CNI_BIN_DIR=/opt/cni/bin
+RUNTIME_DIR=/usr/local/lib/edgeplane
+RUNTIME_MANIFEST=$RUNTIME_DIR/runtime.files
+RUNTIME_INSTALLED=false
+TMP_DIRS=""
 SERVER_URL=${EDGEPLANE_SERVER:-}
 TOKEN=${EDGEPLANE_TOKEN:-}
 NL='
@@ -46,7 +56,7 @@ DRY_RUN=false
 CHANGED=false
 
 usage() {
-	sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 info() { printf '[edgeplane] %s\n' "$*"; }
@@ -360,17 +370,89 @@ valid_server_url() {
 	[ "$port" -ge 1 ] && [ "$port" -le 65535 ]
 }
 
+# new_tmp_dir sets TMP_DIR to a new directory, removed when the script exits.
+new_tmp_dir() {
+	TMP_DIR=$(mktemp -d "${TMPDIR:-/tmp}/edgeplane.XXXXXX") || fatal "cannot make a temporary directory"
+	TMP_DIRS="$TMP_DIRS $TMP_DIR"
+}
+
+# ours PATH: install.sh wrote PATH (a path on the target system) from a
+# release's runtime tarball.
+ours() {
+	[ -f "$ROOT$RUNTIME_MANIFEST" ] && grep -qxF "$1" "$ROOT$RUNTIME_MANIFEST"
+}
+
+# host_runtime prints the host's own container runtime (a binary or a
+# socket; not one install.sh installed) and fails when there is none.
+host_runtime() {
+	for p in /usr/bin/containerd /usr/local/bin/containerd /usr/sbin/containerd /usr/bin/crio /usr/local/bin/crio \
+		/run/containerd/containerd.sock /run/crio/crio.sock /var/run/crio/crio.sock; do
+		if { [ -x "$ROOT$p" ] || [ -S "$ROOT$p" ]; } && ! ours "$p"; then
+			echo "$p"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# install_runtime installs the release folder's runtime-linux-<arch>.tar.gz
+# when the host has no container runtime of its own: its binaries beside
+# edgeplane (where the managed containerd, `edgeplane crictl` and `edgeplane
+# ctr` look first), its CNI plugins in /opt/cni/bin, its VERSIONS and the
+# list of what was written in /usr/local/lib/edgeplane. A file install.sh
+# did not write is kept.
+install_runtime() {
+	rt_tarball="$SCRIPT_DIR/runtime-linux-$(arch).tar.gz"
+	[ -f "$rt_tarball" ] || return 0
+	rt_name=$(basename "$rt_tarball" .tar.gz)
+	if [ "${EDGEPLANE_INSTALL_RUNTIME:-}" = false ]; then
+		info "EDGEPLANE_INSTALL_RUNTIME=false: not installing $rt_name"
+		return 0
+	fi
+	if existing=$(host_runtime); then
+		info "container runtime of the host: $existing; not installing $rt_name"
+		return 0
+	fi
+	verify_checksum "$rt_tarball"
+	new_tmp_dir
+	tar -xzf "$rt_tarball" -C "$TMP_DIR" || fatal "unpacking $rt_tarball failed"
+	rt_unpacked=$TMP_DIR/$rt_name
+	[ -f "$rt_unpacked/SHA256SUMS" ] || fatal "$rt_tarball has no $rt_name/SHA256SUMS"
+	(cd "$rt_unpacked" && sha256sum -c --quiet SHA256SUMS) >&2 || fatal "$rt_tarball: its files do not match its SHA256SUMS"
+	info "installing the container runtime of $rt_name: $(awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2 }' "$rt_unpacked/VERSIONS")"
+	written=""
+	for f in "$rt_unpacked"/bin/* "$rt_unpacked"/cni/*; do
+		case $f in
+		*/cni/*) rt_dest=$CNI_BIN_DIR/$(basename "$f") ;;
+		*) rt_dest=$BIN_DIR/$(basename "$f") ;;
+		esac
+		if { [ -e "$ROOT$rt_dest" ] || [ -L "$ROOT$rt_dest" ]; } && ! ours "$rt_dest"; then
+			warn "kept $rt_dest, which install.sh did not write (the release's is not installed)"
+			continue
+		fi
+		put_file "$f" "$rt_dest" 755
+		written="$written$rt_dest$NL"
+	done
+	put_file "$rt_unpacked/VERSIONS" "$RUNTIME_DIR/VERSIONS" 644
+	printf '%s' "$written" | put_text "$RUNTIME_MANIFEST" 644
+	RUNTIME_INSTALLED=true
+	if [ -z "$ROOT" ] && ! $DRY_RUN; then
+		for b in containerd runc; do
+			ours "$BIN_DIR/$b" || continue
+			"$BIN_DIR/$b" --version >/dev/null 2>&1 ||
+				warn "$BIN_DIR/$b does not run here: the shipped runtime is Debian 12's (glibc 2.36, libseccomp2); install the distribution's containerd and runc instead"
+		done
+	fi
+}
+
 # check_node_host warns (the agent still installs) when the host lacks a
 # container runtime or the CNI plugins a node's pod network needs.
 check_node_host() {
-	runtime=""
-	for p in /usr/bin/containerd /usr/local/bin/containerd /usr/sbin/containerd /usr/bin/crio /usr/local/bin/crio \
-		/run/containerd/containerd.sock /run/crio/crio.sock /var/run/crio/crio.sock; do
-		if [ -x "$ROOT$p" ] || [ -S "$ROOT$p" ]; then
-			runtime=$p
-			break
-		fi
-	done
+	if $RUNTIME_INSTALLED; then
+		info "container runtime and CNI plugins: the release's ($RUNTIME_DIR/VERSIONS)"
+		return 0
+	fi
+	runtime=$(host_runtime) || runtime=""
 	if [ -n "$runtime" ]; then
 		info "container runtime: $runtime"
 	else
@@ -442,6 +524,7 @@ install_agent() {
 	if [ -e "$ROOT$SYSTEMD_UNIT" ] || [ -e "$ROOT$OPENRC_SCRIPT" ]; then
 		warn "an edgeplane server is installed here too: a server already runs this host as a node when it finds a container runtime; with an agent it would register twice"
 	fi
+	install_runtime
 	check_node_host
 	agent_env_file | put_text "$AGENT_ENV_FILE" 600
 	if [ -e "$ROOT$AGENT_CONFIG_FILE" ]; then
@@ -456,6 +539,7 @@ install_agent() {
 }
 
 main() {
+	trap 'for d in $TMP_DIRS; do rm -rf "$d"; done' EXIT
 	check_agent_env
 	if [ -z "$ROOT" ] && ! $DRY_RUN && [ "$(id -u)" != 0 ]; then
 		fatal "run as root (sudo sh $0), or set EDGEPLANE_ROOT, or pass --dry-run"
@@ -471,11 +555,10 @@ main() {
 	*.xz)
 		# A release's compressed binary (checked above, as shipped).
 		command -v xz >/dev/null 2>&1 || fatal "$bin is xz-compressed and xz is not installed: apt-get install xz-utils, or unpack it elsewhere and set EDGEPLANE_BINARY"
-		unpacked=$(mktemp "${TMPDIR:-/tmp}/edgeplane.XXXXXX")
-		trap 'rm -f "$unpacked"' EXIT
-		xz -dc "$bin" >"$unpacked" || fatal "unpacking $bin failed"
-		chmod 755 "$unpacked"
-		bin=$unpacked
+		new_tmp_dir
+		xz -dc "$bin" >"$TMP_DIR/edgeplane" || fatal "unpacking $bin failed"
+		chmod 755 "$TMP_DIR/edgeplane"
+		bin=$TMP_DIR/edgeplane
 		;;
 	esac
 	"$bin" version >/dev/null 2>&1 || fatal "$bin does not run on this host ($(uname -m)): wrong architecture?"
@@ -514,6 +597,8 @@ install_server() {
 	else
 		put_link edgeplane "$BIN_DIR/kubectl"
 	fi
+	# A server is also its own node when it has a container runtime.
+	install_runtime
 
 	env_file | put_text "$ENV_FILE" 600
 	if [ -e "$ROOT$CONFIG_FILE" ]; then

@@ -162,7 +162,7 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 	dir := filepath.Join(o.DataDir, node.DirName)
 	var managed *containerd.Containerd
 	if choice.Managed != nil {
-		if managed, err = node.NewManagedContainerd(ctx, settings, node.PathsIn(dir), choice.Managed, nil); err != nil {
+		if managed, err = node.NewManagedContainerd(ctx, settings, node.PathsIn(dir), choice.Managed); err != nil {
 			return err
 		}
 	}

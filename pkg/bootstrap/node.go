@@ -127,7 +127,7 @@ func (s *server) startNode(ctx context.Context, o CompletedOptions, port int) er
 	dir := filepath.Join(o.DataDir, node.DirName)
 	var managed *containerd.Containerd
 	if choice.Managed != nil {
-		if managed, err = node.NewManagedContainerd(ctx, settings, node.PathsIn(dir), choice.Managed, nil); err != nil {
+		if managed, err = node.NewManagedContainerd(ctx, settings, node.PathsIn(dir), choice.Managed); err != nil {
 			return err
 		}
 	}

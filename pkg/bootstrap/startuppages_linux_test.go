@@ -19,9 +19,9 @@ func TestReadOnlyMappings(t *testing.T) {
 		"048c7000-099dd000 r--p 044c7000 08:01 4242 " + exe,
 		"099dd000-09b56000 rw-p 095dd000 08:01 4242 " + exe,
 		"09b56000-09c00000 rw-p 00000000 00:00 0 ",
-		"7f0000000000-7f0000100000 r--s 00000000 08:01 777 /var/lib/edgeplane/etcd/member/snap/db",
-		"7f0000100000-7f0000200000 r--p 00000000 08:01 4243 /usr/local/bin/edgeplane",
-		"7f0000200000-7f0000300000 r--p 00000000 08:01 4242 /usr/local/bin/edgeplane-old",
+		"e0000000-e0100000 r--s 00000000 08:01 777 /var/lib/edgeplane/etcd/member/snap/db",
+		"e0100000-e0200000 r--p 00000000 08:01 4243 /usr/local/bin/edgeplane",
+		"e0200000-e0300000 r--p 00000000 08:01 4242 /usr/local/bin/edgeplane-old",
 		"7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]",
 	}, "\n")
 	// The segments of that binary: code, read-only data, writable data.
@@ -38,7 +38,7 @@ func TestReadOnlyMappings(t *testing.T) {
 		{"code and read-only data of the executable, not its data or other files", exe, 4242,
 			[]mapping{{0x400000, 0x48c7000}, {0x48c7000, 0x99dd000}}},
 		{"inode unknown: the path alone", exe, 0,
-			[]mapping{{0x400000, 0x48c7000}, {0x48c7000, 0x99dd000}, {0x7f0000100000, 0x7f0000200000}}},
+			[]mapping{{0x400000, 0x48c7000}, {0x48c7000, 0x99dd000}, {0xe0100000, 0xe0200000}}},
 		{"a replaced binary's path", exe + " (deleted)", 4242, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

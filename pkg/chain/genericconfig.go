@@ -38,10 +38,21 @@ func newConfig(opts options.CompletedOptions, resync, compaction time.Duration, 
 	}
 	clientCert.CAContentProvider = clientCA
 	usernameHeaders := opts.Authentication.RequestHeader.UsernameHeaders
-	return upstreamNewConfig(opts, resync, func(c *genericapiserver.Config) {
-		c.RESTOptionsGetter = shareStorageClients(c.RESTOptionsGetter, inProcess, compaction)
+	clients := newStorageClients(inProcess, compaction)
+	c, err := upstreamNewConfig(opts, resync, func(c *genericapiserver.Config) {
+		c.RESTOptionsGetter = clients.share(c.RESTOptionsGetter)
 		if clientCA != nil && c.Authentication.Authenticator != nil {
 			c.Authentication.Authenticator = newClientCertCache(c.Authentication.Authenticator, clientCA.VerifyOptions, usernameHeaders)
 		}
 	})
+	if err != nil {
+		return nil, err
+	}
+	// Custom resources' storage on the same clients: on upstream's getter
+	// each served CRD dialled the datastore's socket for a client of its
+	// own, and a request for a new CRD waited on that dial (holding the
+	// handler's lock for every CRD) when the socket was gone.
+	extra := &c.ApiExtensions.ExtraConfig
+	extra.CRDRESTOptionsGetter = clients.share(extra.CRDRESTOptionsGetter)
+	return c, nil
 }

@@ -93,11 +93,27 @@ type sharedClientsGetter struct {
 // factory (outside this getter) starts no compactor of upstream's beside
 // the quiet one (compaction.go).
 func shareStorageClients(g generic.RESTOptionsGetter, inProcess datastore.InProcessClient, compaction time.Duration) generic.RESTOptionsGetter {
+	return newStorageClients(inProcess, compaction).share(g)
+}
+
+// newStorageClients is an empty pool of shared clients.
+func newStorageClients(inProcess datastore.InProcessClient, compaction time.Duration) *storageClients {
+	return &storageClients{inProcess: inProcess, compaction: compaction, clients: map[string]*storageClient{}}
+}
+
+// share wraps a storage factory's RESTOptions getter so that its storage
+// takes its clients from p; any other getter is returned as it is. The
+// built-in resources' getter and the custom resources' (apiextensions
+// builds its own, from a copy of the etcd options) share one pool: a
+// custom resource's storage, made when the resource is first served, then
+// needs no new connection either, and with an in-process datastore it does
+// not depend on the datastore's socket.
+func (p *storageClients) share(g generic.RESTOptionsGetter) generic.RESTOptionsGetter {
 	f, ok := g.(*serveroptions.StorageFactoryRestOptionsFactory)
 	if !ok {
 		return g
 	}
-	return sharedClientsGetter{StorageFactoryRestOptionsFactory: f, clients: &storageClients{inProcess: inProcess, compaction: compaction, clients: map[string]*storageClient{}}}
+	return sharedClientsGetter{StorageFactoryRestOptionsFactory: f, clients: p}
 }
 
 func (g sharedClientsGetter) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {

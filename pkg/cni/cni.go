@@ -84,10 +84,15 @@ type Config struct {
 	// across nodes keeps its source address). Without it the bridge
 	// masquerades everything that leaves the node's pod CIDR.
 	NoMasquerade bool
+	// IPAMDataDir is host-local's state directory (it keeps the network's
+	// reservations in IPAMDataDir/<NetworkName>): the node's own, so that
+	// two nodes on one host do not share one; empty leaves the plugin's
+	// default, LegacyIPAMDataDir.
+	IPAMDataDir string
 }
 
 // Render returns the conflist for c: a bridge with the node's pod CIDRs from
-// host-local, the bridge as the pods' gateway, masquerading for traffic that
+// host-local (its state in c.IPAMDataDir), the bridge as the pods' gateway, masquerading for traffic that
 // leaves the pod network, and portmap for hostPort.
 func Render(c Config) ([]byte, error) {
 	if len(c.PodCIDRs) == 0 {
@@ -108,16 +113,20 @@ func Render(c Config) ([]byte, error) {
 	// isDefaultGateway gives the bridge the range's gateway address and the
 	// pods their default route through it (an ipam route to 0.0.0.0/0 as
 	// well would be added twice and fail with "file exists").
+	ipam := map[string]any{
+		"type":   "host-local",
+		"ranges": ranges,
+	}
+	if c.IPAMDataDir != "" {
+		ipam["dataDir"] = c.IPAMDataDir
+	}
 	bridgePlugin := map[string]any{
 		"type":             "bridge",
 		"bridge":           bridge,
 		"isDefaultGateway": true,
 		"ipMasq":           !c.NoMasquerade,
 		"hairpinMode":      true,
-		"ipam": map[string]any{
-			"type":   "host-local",
-			"ranges": ranges,
-		},
+		"ipam":             ipam,
 	}
 	if c.MTU > 0 {
 		bridgePlugin["mtu"] = c.MTU

@@ -130,3 +130,75 @@ func TestRenderMasquerade(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderIPAMDataDir: the node's host-local state directory is in the
+// configuration; without one the plugin takes its default.
+func TestRenderIPAMDataDir(t *testing.T) {
+	for _, dir := range []string{"/var/lib/edgeplane/agent/cni/networks", ""} {
+		data, err := Render(Config{PodCIDRs: []string{"10.42.0.0/24"}, IPAMDataDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conf struct {
+			Plugins []struct {
+				IPAM map[string]any `json:"ipam"`
+			} `json:"plugins"`
+		}
+		if err := json.Unmarshal(data, &conf); err != nil {
+			t.Fatal(err)
+		}
+		got, set := conf.Plugins[0].IPAM["dataDir"]
+		if set != (dir != "") || (set && got != dir) {
+			t.Errorf("IPAMDataDir %q: ipam dataDir = %v (set %v)", dir, got, set)
+		}
+	}
+}
+
+// TestAdoptAllocations: the cases around the move itself; the move as a
+// node makes it, with the real plugin, is in pkg/node.
+func TestAdoptAllocations(t *testing.T) {
+	cidrs := []string{"10.42.0.0/24", "fd00:42::/64"}
+	t.Run("no previous state", func(t *testing.T) {
+		moved, conflicts, err := AdoptAllocations(filepath.Join(t.TempDir(), "none"), t.TempDir(), NetworkName, cidrs)
+		if err != nil || len(moved)+len(conflicts) != 0 {
+			t.Errorf("= %v, %v, %v; want nothing", moved, conflicts, err)
+		}
+	})
+	t.Run("moved, left, conflicting", func(t *testing.T) {
+		legacy, dataDir := t.TempDir(), t.TempDir()
+		from, to := filepath.Join(legacy, NetworkName), filepath.Join(dataDir, NetworkName)
+		write := func(dir, name, content string) {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write(from, "10.42.0.5", "a\r\neth0")
+		write(from, "fd00:42::5", "a\r\neth0")
+		write(from, "10.42.1.5", "other node\r\neth0")
+		write(from, "10.42.0.6", "b\r\neth0") // already handed out again in the new directory
+		write(to, "10.42.0.6", "c\r\neth0")
+		write(from, "10.42.0.7", "d\r\neth0") // moved before, its removal interrupted
+		write(to, "10.42.0.7", "d\r\neth0")
+		moved, conflicts, err := AdoptAllocations(legacy, dataDir, NetworkName, cidrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(moved, ",") != "10.42.0.5,fd00:42::5" || strings.Join(conflicts, ",") != "10.42.0.6" {
+			t.Errorf("moved %v, conflicts %v; want 10.42.0.5,fd00:42::5 and 10.42.0.6", moved, conflicts)
+		}
+		for name, wantLeft := range map[string]bool{"10.42.0.5": false, "fd00:42::5": false, "10.42.0.7": false, "10.42.1.5": true, "10.42.0.6": true} {
+			if _, err := os.Stat(filepath.Join(from, name)); (err == nil) != wantLeft {
+				t.Errorf("%s in the previous directory: %v, want left %v", name, err, wantLeft)
+			}
+		}
+		if data, _ := os.ReadFile(filepath.Join(to, "10.42.0.6")); string(data) != "c\r\neth0" {
+			t.Errorf("the new directory's 10.42.0.6 = %q, want it kept", data)
+		}
+		if again, _, err := AdoptAllocations(legacy, dataDir, NetworkName, cidrs); err != nil || len(again) != 0 {
+			t.Errorf("second run moved %v (%v), want nothing", again, err)
+		}
+	})
+}

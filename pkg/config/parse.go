@@ -69,7 +69,7 @@ func parse(file string, data []byte, flags *pflag.FlagSet) (entries []entry, err
 		return nil, nil
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, []error{fmt.Errorf("%s:%d: want a mapping of flag names to values, got %s", file, root.Line, kindName(root))}
+		return nil, []error{fmt.Errorf("%s:%d: want a mapping of flag names to values, got %s", file, root.Line, KindName(root))}
 	}
 
 	seen := map[string]int{}
@@ -79,7 +79,7 @@ func parse(file string, data []byte, flags *pflag.FlagSet) (entries []entry, err
 			errs = append(errs, fmt.Errorf("%s:%d: "+format, append([]any{file, k.Line}, args...)...))
 		}
 		if k.Kind != yaml.ScalarNode {
-			bad("a key must be a flag name, got %s", kindName(k))
+			bad("a key must be a flag name, got %s", KindName(k))
 			continue
 		}
 		key := k.Value
@@ -97,7 +97,7 @@ func parse(file string, data []byte, flags *pflag.FlagSet) (entries []entry, err
 			bad("unknown key %q%s", key, suggest(key, flags))
 			continue
 		}
-		e, err := value(f, resolve(v))
+		e, err := value(f, ResolveAlias(v))
 		if err != nil {
 			bad("key %q: %v", key, err)
 			continue
@@ -108,8 +108,10 @@ func parse(file string, data []byte, flags *pflag.FlagSet) (entries []entry, err
 	return entries, errs
 }
 
-// resolve follows aliases to the node they name.
-func resolve(n *yaml.Node) *yaml.Node {
+// ResolveAlias follows aliases to the node they name (at most
+// maxAliasDepth); the readers of edgeplane's other files (registries.yaml)
+// use it too.
+func ResolveAlias(n *yaml.Node) *yaml.Node {
 	for depth := 0; n != nil && n.Kind == yaml.AliasNode && depth < maxAliasDepth; depth++ {
 		n = n.Alias
 	}
@@ -128,9 +130,9 @@ func value(f *pflag.Flag, n *yaml.Node) (entry, error) {
 		case yaml.SequenceNode:
 			out := make([]string, 0, len(n.Content))
 			for _, item := range n.Content {
-				item = resolve(item)
+				item = ResolveAlias(item)
 				if item == nil || item.Kind != yaml.ScalarNode {
-					return entry{}, fmt.Errorf("want a list of %s values, got an item that is %s", elem, kindName(item))
+					return entry{}, fmt.Errorf("want a list of %s values, got an item that is %s", elem, KindName(item))
 				}
 				s, err := scalar(elem, item)
 				if err != nil {
@@ -146,11 +148,11 @@ func value(f *pflag.Flag, n *yaml.Node) (entry, error) {
 			}
 			return entry{values: []string{s}}, nil
 		default:
-			return entry{}, fmt.Errorf("want a list of %s values, got %s", elem, kindName(n))
+			return entry{}, fmt.Errorf("want a list of %s values, got %s", elem, KindName(n))
 		}
 	}
 	if n.Kind != yaml.ScalarNode {
-		return entry{}, fmt.Errorf("want %s, got %s", describe(typ), kindName(n))
+		return entry{}, fmt.Errorf("want %s, got %s", describe(typ), KindName(n))
 	}
 	s, err := scalar(typ, n)
 	if err != nil {
@@ -236,7 +238,9 @@ func describe(typ string) string {
 	return "a " + typ + " value"
 }
 
-func kindName(n *yaml.Node) string {
+// KindName says what a node is, for messages: "a mapping", "a list", the
+// value, "no value" or "nothing".
+func KindName(n *yaml.Node) string {
 	if n == nil {
 		return "nothing"
 	}

@@ -77,6 +77,10 @@ type Config struct {
 	RegistryHostsDir string
 	// RegistryAuths are registries' credentials.
 	RegistryAuths []RegistryAuth
+	// WriteRegistryHosts, when set, writes the hosts.toml tree into
+	// RegistryHostsDir at every Start, before containerd starts (nothing
+	// is written before: an agent writes nothing until it has joined).
+	WriteRegistryHosts func(dir string) error
 	// Snapshotter is the CRI plugin's snapshotter; empty: overlayfs when an
 	// overlay mount works under <Dir>/root, else native.
 	Snapshotter string
@@ -243,6 +247,11 @@ func (c *Containerd) Start(ctx context.Context) error {
 	}
 	if err := os.MkdirAll(c.cfg.RegistryHostsDir, 0o700); err != nil {
 		return fmt.Errorf("containerd: %w", err)
+	}
+	if c.cfg.WriteRegistryHosts != nil {
+		if err := c.cfg.WriteRegistryHosts(c.cfg.RegistryHostsDir); err != nil {
+			return fmt.Errorf("containerd: registry hosts in %s: %w", c.cfg.RegistryHostsDir, err)
+		}
 	}
 	logger.Info("containerd configuration", "config", c.configPath, "changed", changed, "binary", c.binary.Path,
 		"version", c.binary.Version, "snapshotter", snapshotter, "why", why, "cgroupDriver", c.cfg.CgroupDriver)

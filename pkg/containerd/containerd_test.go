@@ -246,25 +246,39 @@ func alive(pid int) bool {
 	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
 }
 
-// helperEnv makes the test binary a stand-in for edgeplane
-// (TestHelperEdgeplane): it runs the component over the directory named
-// and waits to be killed.
+// helperEnv makes the test binary a stand-in for edgeplane (TestMain,
+// helperEdgeplane): it runs the component over the directory named and
+// waits to be killed.
 const helperEnv = "EDGEPLANE_CONTAINERD_TEST_DIR"
 
-// TestHelperEdgeplane is not a test: run by TestEdgeplaneKilled as a child
-// process, it starts the component, prints containerd's pid and blocks.
-func TestHelperEdgeplane(t *testing.T) {
-	dir := os.Getenv(helperEnv)
-	if dir == "" {
-		t.Skip("run by TestEdgeplaneKilled only")
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(helperEnv); dir != "" {
+		helperEdgeplane(dir)
 	}
+	os.Exit(m.Run())
+}
+
+// helperEdgeplane, run by TestEdgeplaneKilled as a child process, starts
+// the component, prints containerd's pid and blocks.
+func helperEdgeplane(dir string) {
 	ctx := context.Background()
-	c := newComponent(t, dir, filepath.Join(dir, "cni"))
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
+	c, err := containerd.New(ctx, containerd.Config{
+		Dir:          dir,
+		CgroupDriver: "cgroupfs",
+		SandboxImage: testimage.DefaultPauseName,
+		CNIBinDir:    "/usr/lib/cni",
+		CNIConfDir:   filepath.Join(dir, "cni"),
+		ReadyTimeout: 30 * time.Second,
+	})
+	if err == nil {
+		err = c.Start(ctx)
 	}
-	if err := c.Ready(ctx); err != nil {
-		t.Fatal(err)
+	if err == nil {
+		err = c.Ready(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	fmt.Printf("containerd-pid %d\n", c.PID())
 	select {}
@@ -311,7 +325,7 @@ func TestEdgeplaneKilled(t *testing.T) {
 		}
 	})
 
-	helper := exec.Command(os.Args[0], "-test.run=^TestHelperEdgeplane$", "-test.v")
+	helper := exec.Command(os.Args[0])
 	helper.Env = append(os.Environ(), helperEnv+"="+dir)
 	out, err := helper.StdoutPipe()
 	if err != nil {

@@ -320,3 +320,7 @@ func versionWarnings(rt *Runtime) []string {
 	}
 	return out
 }
+
+// SearchPaths are the sockets Detect looks for when given no endpoint, in
+// its order (edgeplane crictl and ctr look there too).
+func SearchPaths() []string { return searchPaths() }

@@ -81,7 +81,7 @@ func networkComponents(ctx context.Context, s Settings, p Paths, n Network, clus
 		logger.Info("Node network", "flannelBackend", n.FlannelBackend, "kubeProxy", n.KubeProxyMode != "", "rules", resolved, "why", why)
 	}
 	var out []component.Component
-	podnet := &PodNetwork{Node: s.Name, Kubeconfig: p.Kubeconfig, ConfDir: s.CNIConfDir}
+	podnet := &PodNetwork{Node: s.Name, Kubeconfig: p.Kubeconfig, ConfDir: s.CNIConfDir, IPAMDataDir: p.IPAM}
 	if n.FlannelBackend != flannel.BackendNone {
 		f, err := flannel.New(flannel.Config{
 			Node: s.Name, NodeIP: nodeIP, ClusterCIDR: FlannelCIDR(clusterCIDR), Backend: n.FlannelBackend,

@@ -43,6 +43,9 @@ type Paths struct {
 	PauseImage string
 	// Flannel is flannel's directory (its network configuration).
 	Flannel string
+	// IPAM is the CNI host-local plugin's state directory (the pod
+	// addresses the node has handed out, in IPAM/<network>).
+	IPAM string
 	// Containerd is the managed containerd's directory (pkg/containerd):
 	// ContainerdConfig is its generated config.toml, ContainerdTemplate a
 	// user's config.toml.tmpl, ContainerdSocket its CRI and API socket,
@@ -76,6 +79,7 @@ func PathsIn(dir string) Paths {
 		Images:          filepath.Join(dir, "images"),
 		PauseImage:      filepath.Join(dir, "pause-image"),
 		Flannel:         filepath.Join(dir, "flannel"),
+		IPAM:            filepath.Join(dir, "cni", "networks"),
 
 		Containerd:         ctd,
 		ContainerdConfig:   filepath.Join(ctd, containerd.ConfigFile),

@@ -37,6 +37,13 @@ type PodNetwork struct {
 	// until that network has chosen the pods' MTU, and that network
 	// masquerades what leaves the cluster, not the bridge.
 	MTU func(context.Context) (int, error)
+	// IPAMDataDir is the node's own host-local state directory
+	// (Paths.IPAM). Reservations a node of an earlier version made in
+	// cni.LegacyIPAMDataDir for the node's pod CIDRs move there before the
+	// configuration names it (see adopt).
+	IPAMDataDir string
+	// legacyIPAM is cni.LegacyIPAMDataDir unless a test sets it.
+	legacyIPAM string
 
 	loop background.Loop
 	component.Status
@@ -84,7 +91,7 @@ func (p *PodNetwork) run(ctx context.Context) {
 		fail(err)
 		return
 	}
-	conf := cni.Config{PodCIDRs: cidrs, Bridge: p.Bridge}
+	conf := p.config(cidrs)
 	if p.MTU != nil {
 		mtu, err := p.MTU(ctx)
 		if err != nil {
@@ -94,6 +101,7 @@ func (p *PodNetwork) run(ctx context.Context) {
 		conf.MTU, conf.NoMasquerade = mtu, true
 	}
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		p.adopt(ctx, cidrs)
 		changed, err := cni.Write(p.ConfDir, conf)
 		switch {
 		case err != nil:
@@ -103,7 +111,54 @@ func (p *PodNetwork) run(ctx context.Context) {
 			return
 		case changed:
 			logger.Info("Wrote the pod network configuration", "file", p.ConfDir+"/"+cni.ConfFileName, "podCIDRs", cidrs)
+			p.MarkReady()
+			// The runtime reloads the file on its change; a pod network
+			// set up with the previous file meanwhile reserved its address
+			// in the previous directory.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(adoptAgain):
+			}
+			p.adopt(ctx, cidrs)
 		}
 		p.MarkReady()
 	}, recheckInterval)
+}
+
+// adoptAgain is how long after a write of the configuration the writer
+// looks again for reservations made with the previous one.
+const adoptAgain = 10 * time.Second
+
+// config is the node's CNI configuration for its pod CIDRs.
+func (p *PodNetwork) config(cidrs []string) cni.Config {
+	return cni.Config{PodCIDRs: cidrs, Bridge: p.Bridge, IPAMDataDir: p.IPAMDataDir}
+}
+
+// adopt moves the reservations of the node's pod addresses from host-local's
+// default directory, where a node of an earlier version kept them, into
+// the node's own (cni.AdoptAllocations): on every check, so that one made
+// by a pod network set up while the runtime still had the previous
+// configuration moves too. Moved, not copied: a reservation left behind
+// would be released nowhere (the runtime releases with the present
+// configuration) and would hold its address there for good.
+func (p *PodNetwork) adopt(ctx context.Context, cidrs []string) {
+	if p.IPAMDataDir == "" {
+		return
+	}
+	legacy := p.legacyIPAM
+	if legacy == "" {
+		legacy = cni.LegacyIPAMDataDir
+	}
+	logger := klog.FromContext(ctx)
+	moved, conflicts, err := cni.AdoptAllocations(legacy, p.IPAMDataDir, cni.NetworkName, cidrs)
+	if len(moved) > 0 {
+		logger.Info("Moved pod address reservations into the node's IPAM directory", "from", legacy, "to", p.IPAMDataDir, "addresses", moved)
+	}
+	if len(conflicts) > 0 {
+		logger.Error(nil, "Pod addresses reserved in both IPAM directories: two pods may hold each; delete the pods with these addresses", "from", legacy, "to", p.IPAMDataDir, "addresses", conflicts)
+	}
+	if err != nil {
+		logger.Error(err, "Moving pod address reservations into the node's IPAM directory")
+	}
 }

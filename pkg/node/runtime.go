@@ -9,6 +9,7 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/cni"
 	"github.com/edgeplane/edgeplane/pkg/containerd"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
+	"k8s.io/klog/v2"
 )
 
 // RuntimeChoice is which container runtime a node runs pods with, and why.
@@ -44,7 +45,7 @@ func ChooseRuntime(ctx context.Context, endpoint string) RuntimeChoice {
 // configured for the node's settings: the kubelet's cgroup driver, the
 // node's CNI directories, its sandbox image, and the registries' certs.d
 // tree and credentials.
-func NewManagedContainerd(ctx context.Context, s Settings, p Paths, b *containerd.Binary, auths []containerd.RegistryAuth) (*containerd.Containerd, error) {
+func NewManagedContainerd(ctx context.Context, s Settings, p Paths, b *containerd.Binary) (*containerd.Containerd, error) {
 	driver, err := ManagedCgroupDriver(s.KubeletArgs)
 	if err != nil {
 		return nil, err
@@ -55,6 +56,19 @@ func NewManagedContainerd(ctx context.Context, s Settings, p Paths, b *container
 		// network run without the plugins.
 		binDir = cni.PluginDirs[0]
 	}
+	var (
+		auths      []containerd.RegistryAuth
+		writeHosts func(string) error
+	)
+	if s.Registries != nil {
+		for _, a := range s.Registries.Auths() {
+			auths = append(auths, containerd.RegistryAuth(a))
+		}
+		for _, w := range s.Registries.Warnings() {
+			klog.FromContext(ctx).Info("Registries file: "+w, "file", s.Registries.File)
+		}
+		writeHosts = s.Registries.WriteHosts
+	}
 	return containerd.New(ctx, containerd.Config{
 		Dir:              p.Containerd,
 		Binary:           b,
@@ -64,6 +78,9 @@ func NewManagedContainerd(ctx context.Context, s Settings, p Paths, b *container
 		CNIConfDir:       s.CNIConfDir,
 		RegistryHostsDir: p.ContainerdCerts,
 		RegistryAuths:    auths,
+		// WriteHosts also removes the hosts it wrote before that the
+		// file no longer names.
+		WriteRegistryHosts: writeHosts,
 	})
 }
 

@@ -1,8 +1,11 @@
 package pauseimage
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -100,6 +103,13 @@ func TestSandbox(t *testing.T) {
 	}
 	t.Logf("sandbox %s runs pause as host PID %d (image %s)", run.PodSandboxId, info.Pid, info.Image)
 
+	// A SIGTERM that comes before pause's signal.Notify is lost (PID 1 of
+	// its namespace ignores a signal it has no handler for) or ends it
+	// through the Go runtime's default (status 2); pause says nothing a
+	// sandbox's caller can read, so the test waits until every thread of
+	// it sleeps, a few samples in a row: its main goroutine then waits for
+	// signals, past Notify.
+	waitSettled(t, info.Pid)
 	if err := syscall.Kill(info.Pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -136,4 +146,35 @@ removed:
 	if imported, err := Import(ctx, ctd.Endpoint, dir); err != nil || !imported {
 		t.Fatalf("Import after the image was removed: %v, %v; want it imported again", imported, err)
 	}
+}
+
+// waitSettled waits (at most 20 s) until every thread of pid has been
+// sleeping in three samples 50 ms apart.
+func waitSettled(t *testing.T, pid int) {
+	t.Helper()
+	settled := 0
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatalf("pause (PID %d): %v", pid, err)
+		}
+		asleep := len(tasks) > 0
+		for _, task := range tasks {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			// The state follows the command's closing parenthesis.
+			i := bytes.LastIndexByte(stat, ')')
+			if err != nil || i < 0 || i+2 >= len(stat) || stat[i+2] != 'S' {
+				asleep = false
+				break
+			}
+		}
+		if !asleep {
+			settled = 0
+			continue
+		}
+		if settled++; settled == 3 {
+			return
+		}
+	}
+	t.Fatalf("pause (PID %d) did not settle within 20s", pid)
 }

@@ -34,7 +34,8 @@ func TestCommittedTarballs(t *testing.T) {
 	goVersion, err := build.GoVersion()
 	testenv.Require(t, "the go command", err)
 	if goVersion != GoVersion {
-		t.Skipf("the committed pause images were built with %s, this go is %s: their bytes differ by the toolchain alone (run go generate ./pkg/pauseimage to rebuild them with this one)", GoVersion, goVersion)
+		t.Logf("the committed pause images were built with %s, this go is %s: their bytes differ by the toolchain alone (run go generate ./pkg/pauseimage to rebuild them with this one)", GoVersion, goVersion)
+		testenv.SkipByDesign(t, "pause-toolchain")
 	}
 	for _, arch := range build.Arches {
 		t.Run(arch, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -27,16 +28,6 @@ func (p *parser) bad(n *yaml.Node, key, format string, args ...any) {
 		line = n.Line
 	}
 	p.errs = append(p.errs, fmt.Errorf("%s:%d: key %s: %s", p.file, line, key, fmt.Sprintf(format, args...)))
-}
-
-// maxAliasDepth bounds alias chains.
-const maxAliasDepth = 8
-
-func resolve(n *yaml.Node) *yaml.Node {
-	for depth := 0; n != nil && n.Kind == yaml.AliasNode && depth < maxAliasDepth; depth++ {
-		n = n.Alias
-	}
-	return n
 }
 
 func parse(file string, data []byte) (r *Registries, errs []error) {
@@ -98,19 +89,19 @@ func parse(file string, data []byte) (r *Registries, errs []error) {
 // mapping calls fn for each key of the mapping n (at path) in file order.
 // With allowed set, other keys are refused.
 func (p *parser) mapping(n *yaml.Node, path string, allowed []string, fn func(key string, k, v *yaml.Node)) {
-	n = resolve(n)
+	n = config.ResolveAlias(n)
 	if n == nil || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null") {
 		return
 	}
 	if n.Kind != yaml.MappingNode {
-		p.bad(n, path, "want a mapping, got %s", kindName(n))
+		p.bad(n, path, "want a mapping, got %s", config.KindName(n))
 		return
 	}
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
-			p.bad(k, path, "a key must be a name, got %s", kindName(k))
+			p.bad(k, path, "a key must be a name, got %s", config.KindName(k))
 			continue
 		}
 		sub := k.Value
@@ -122,7 +113,7 @@ func (p *parser) mapping(n *yaml.Node, path string, allowed []string, fn func(ke
 			continue
 		}
 		seen[k.Value] = k.Line
-		if allowed != nil && !contains(allowed, k.Value) {
+		if allowed != nil && !slices.Contains(allowed, k.Value) {
 			p.bad(k, sub, "unknown key %q (allowed here: %s)", k.Value, strings.Join(allowed, ", "))
 			continue
 		}
@@ -135,9 +126,9 @@ func (p *parser) mirror(n *yaml.Node, path string) Mirror {
 	p.mapping(n, path, []string{"endpoint", "rewrite"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "endpoint":
-			v = resolve(v)
+			v = config.ResolveAlias(v)
 			if v.Kind != yaml.SequenceNode {
-				p.bad(v, path+".endpoint", "want a list of URLs, got %s", kindName(v))
+				p.bad(v, path+".endpoint", "want a list of URLs, got %s", config.KindName(v))
 				return
 			}
 			seen := map[string]bool{}
@@ -198,9 +189,9 @@ func (p *parser) config(n *yaml.Node, path string) Config {
 			p.mapping(v, path+".tls", []string{"ca_file", "cert_file", "key_file", "insecure_skip_verify"}, func(key string, k, v *yaml.Node) {
 				at := path + ".tls." + key
 				if key == "insecure_skip_verify" {
-					v = resolve(v)
+					v = config.ResolveAlias(v)
 					if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" {
-						p.bad(v, at, "want true or false, got %s", kindName(v))
+						p.bad(v, at, "want true or false, got %s", config.KindName(v))
 						return
 					}
 					t.InsecureSkipVerify = v.Value == "true" || v.Value == "True" || v.Value == "TRUE"
@@ -227,39 +218,10 @@ func (p *parser) config(n *yaml.Node, path string) Config {
 
 // str returns a scalar's value; a mapping, a list or nothing is refused.
 func (p *parser) str(n *yaml.Node, path string) (string, bool) {
-	n = resolve(n)
+	n = config.ResolveAlias(n)
 	if n == nil || n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" {
-		p.bad(n, path, "want a string, got %s", kindName(n))
+		p.bad(n, path, "want a string, got %s", config.KindName(n))
 		return "", false
 	}
 	return n.Value, true
-}
-
-func kindName(n *yaml.Node) string {
-	if n == nil {
-		return "nothing"
-	}
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.ShortTag() == "!!null" {
-			return "no value"
-		}
-		return fmt.Sprintf("the value %q", n.Value)
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	return "a document"
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -137,8 +137,16 @@ func checkInstalled(t *testing.T, root, init string, link bool) {
 	// The installed binary runs, and the default config file is valid.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// The data dir is a short one of the run, not the root's: the test's
+	// root path is long enough to put the node's containerd socket past
+	// the 107 bytes of a unix socket path, which check rightly calls a
+	// blocker.
+	dataDir, err := os.MkdirTemp(runDir, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
 	out, err := exec.CommandContext(ctx, filepath.Join(root, "usr/local/bin/edgeplane"), "check",
-		"--config", filepath.Join(root, "etc/edgeplane/config.yaml"), "--data-dir", filepath.Join(root, "var/lib/edgeplane"),
+		"--config", filepath.Join(root, "etc/edgeplane/config.yaml"), "--data-dir", dataDir,
 		"--bind-address", "127.0.0.1", "--https-port", "0").CombinedOutput()
 	if err != nil {
 		t.Errorf("installed edgeplane check with the default config: %v\n%s", err, out)
@@ -223,7 +231,7 @@ func diffTrees(a, b map[string]string) string {
 func TestInstallScriptsShellcheck(t *testing.T) {
 	parallel(t)
 	path := testenv.Tool(t, "apt-get install -y shellcheck", "shellcheck")
-	out, err := exec.Command(path, "--shell=sh", installScript, uninstallScript, "../../hack/dist.sh").CombinedOutput()
+	out, err := exec.Command(path, "--shell=sh", installScript, uninstallScript, "../../hack/dist.sh", "../../hack/dist-runtime.sh").CombinedOutput()
 	if err != nil {
 		t.Fatalf("shellcheck: %v\n%s", err, out)
 	}

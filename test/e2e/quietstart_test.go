@@ -10,6 +10,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -81,6 +83,21 @@ func TestQuietStartStop(t *testing.T) {
 				_, err := s.client.CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-apiserver-legacy-service-account-token-tracking", metav1.GetOptions{})
 				return err == nil, err
 			})
+			// The helm-controller applies its CRDs in the background after
+			// the server is ready; stopped while it does, its cancelled
+			// apply is logged as above (seen once in CI).
+			ext := apiextensionsclient.NewForConfigOrDie(s.config)
+			for _, name := range []string{"helmcharts.helm.cattle.io", "helmchartconfigs.helm.cattle.io"} {
+				eventually(t, time.Minute, "the CRD "+name+" established", func(ctx context.Context) (bool, error) {
+					crd, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+					if err != nil {
+						return false, err
+					}
+					return slices.ContainsFunc(crd.Status.Conditions, func(c apiextensionsv1.CustomResourceDefinitionCondition) bool {
+						return c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue
+					}), fmt.Errorf("CRD conditions %+v", crd.Status.Conditions)
+				})
+			}
 			s.stop()
 			if lines := errorLines(s.output.String()); len(lines) > 0 {
 				t.Errorf("%d error lines from start to stop:\n%s", len(lines), strings.Join(lines, "\n"))

@@ -49,7 +49,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	addKlogFlags(root.PersistentFlags())
 	root.AddCommand(newServerCommand(), newAgentCommand(), newVersionCommand(), newKubectlCommand(), newCheckCommand())
 	root.AddCommand(newCertsCommand(), newSnapshotCommand(), newSecretsEncryptCommand())
-	root.AddCommand(newTokenCommand(), newNodeCommand(), newEtcdCommand())
+	root.AddCommand(newTokenCommand(), newNodeCommand(), newEtcdCommand(), newCrictlCommand(), newCtrCommand())
 	addVersionFlag(root)
 	return root
 }

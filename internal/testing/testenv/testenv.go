@@ -35,8 +35,11 @@ var ByDesign = map[string]string{
 	// every one of these scenarios.
 	"reliability-full": "full form of a reliability scenario; runs with EDGEPLANE_RELIABILITY_FULL=1 (make reliability), " +
 		"and make test runs its short form",
+	// The committed pause images are compared byte for byte with a rebuild,
+	// which only the go that made them can reproduce.
+	"pause-toolchain": "compares the committed pause images (pkg/pauseimage) with a rebuild from source, which needs the go toolchain they were made with (pkg/pauseimage/goversion.go)",
 	// make test-qemu, which .ci/run runs after make test.
-	"qemu": "cross-builds linux/arm64 (minutes on a cold cache); runs with EDGEPLANE_TEST_QEMU=1 (make test-qemu, run by .ci/run)",
+	"qemu": "cross-builds linux/arm64 and linux/arm (minutes each on a cold cache); runs with EDGEPLANE_TEST_QEMU=1 (make test-qemu, run by .ci/run)",
 	// make bench-network: figures, not a check of behaviour (TestClusterNetwork
 	// and the NetworkPolicy tests run the same paths in make test).
 	"net-figures": "measures the cluster network figures of docs/NETWORKING.md: two two-node clusters and two idle minutes; " +
