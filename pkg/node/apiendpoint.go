@@ -14,26 +14,28 @@ import (
 // PartAPIEndpoint is the node-local API endpoint's --disable name.
 const PartAPIEndpoint = "api-endpoint"
 
-// localAPIServer is what the node's parts dial when the endpoint runs: the
-// servers' serving certificates cover 127.0.0.1 (pkg/certs), so TLS
-// passes through unchanged.
-var localAPIServer = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(apiendpoint.DefaultPort))
-
-// apiEndpoint is an agent's node-local API endpoint, first contact the
-// server of the node's kubeconfig (its --server), and the paths the other
-// parts use: their kubeconfig (p.LocalKubeconfig) points at the endpoint.
-func apiEndpoint(p Paths) (*apiendpoint.Endpoint, Paths, error) {
+// apiEndpoint is an agent's node-local API endpoint on 127.0.0.1:port (0:
+// apiendpoint.DefaultPort), first contact the server of the node's
+// kubeconfig (its --server), and the paths the other parts use: their
+// kubeconfig (p.LocalKubeconfig) points at the endpoint. The servers'
+// serving certificates cover 127.0.0.1 (pkg/certs), so TLS passes through
+// unchanged.
+func apiEndpoint(p Paths, port int) (*apiendpoint.Endpoint, Paths, error) {
+	if port == 0 {
+		port = apiendpoint.DefaultPort
+	}
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	server, certFile, err := kubeconfigServer(p.Kubeconfig)
 	if err != nil {
 		return nil, p, err
 	}
 	local := p
 	local.Kubeconfig = p.LocalKubeconfig
-	if err := writeKubeconfig(local, localAPIServer, p.ServerCA, certFile); err != nil {
+	if err := writeKubeconfig(local, "https://"+listen, p.ServerCA, certFile); err != nil {
 		return nil, p, err
 	}
 	e, err := apiendpoint.New(apiendpoint.Config{
-		Server: server, StateFile: p.APIServers, CAFile: p.ServerCA, Kubeconfig: local.Kubeconfig,
+		Listen: listen, Server: server, StateFile: p.APIServers, CAFile: p.ServerCA, Kubeconfig: local.Kubeconfig,
 	})
 	if err != nil {
 		return nil, p, err

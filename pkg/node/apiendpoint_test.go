@@ -16,10 +16,12 @@ import (
 func TestAPIEndpointKubeconfigs(t *testing.T) {
 	for _, tc := range []struct {
 		server, want, wantErr string
+		port                  int // --lb-server-port (0: the default)
+		wantLocal             string
 	}{
-		{server: "https://10.0.0.1:6443", want: "10.0.0.1:6443"},
-		{server: "https://server.example", want: "server.example:443"},
-		{server: "https://[fd00::1]:6443", want: "[fd00::1]:6443"},
+		{server: "https://10.0.0.1:6443", want: "10.0.0.1:6443", wantLocal: "https://127.0.0.1:6444"},
+		{server: "https://server.example", want: "server.example:443", port: 7444, wantLocal: "https://127.0.0.1:7444"},
+		{server: "https://[fd00::1]:6443", want: "[fd00::1]:6443", wantLocal: "https://127.0.0.1:6444"},
 		{server: "http://10.0.0.1:6443", wantErr: `server "http://10.0.0.1:6443" is not an https URL`},
 	} {
 		t.Run(tc.server, func(t *testing.T) {
@@ -41,7 +43,7 @@ func TestAPIEndpointKubeconfigs(t *testing.T) {
 			if err := os.WriteFile(p.ServerCA, selfSigned(t, time.Now().Add(-1), time.Now().Add(1e12)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, local, err := apiEndpoint(p)
+			e, local, err := apiEndpoint(p, tc.port)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,8 +53,11 @@ func TestAPIEndpointKubeconfigs(t *testing.T) {
 			}
 			cur := cfg.Contexts[cfg.CurrentContext]
 			c, u := cfg.Clusters[cur.Cluster], cfg.AuthInfos[cur.AuthInfo]
-			if c.Server != "https://127.0.0.1:6444" || c.CertificateAuthority != p.ServerCA || u.ClientCertificate != cert || u.ClientKey != cert {
+			if c.Server != tc.wantLocal || c.CertificateAuthority != p.ServerCA || u.ClientCertificate != cert || u.ClientKey != cert {
 				t.Errorf("%s: server %s, CA %s, cert %s, key %s; want the endpoint, %s and %s", local.Kubeconfig, c.Server, c.CertificateAuthority, u.ClientCertificate, u.ClientKey, p.ServerCA, cert)
+			}
+			if got := "https://" + e.Address(); got != tc.wantLocal {
+				t.Errorf("the endpoint listens on %s, want %s", got, tc.wantLocal)
 			}
 			if local.Kubeconfig != p.LocalKubeconfig {
 				t.Errorf("the parts' kubeconfig is %s, want %s", local.Kubeconfig, p.LocalKubeconfig)

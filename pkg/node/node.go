@@ -72,6 +72,9 @@ type Config struct {
 	// InServer: the node runs in a server's process, whose feature gates
 	// the API server reads.
 	InServer bool
+	// APIEndpointPort is an agent's node-local API endpoint's port on
+	// 127.0.0.1 (0: apiendpoint.DefaultPort).
+	APIEndpointPort int
 }
 
 // Cluster is what a node takes from the cluster.
@@ -207,7 +210,7 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 	if !n.cfg.InServer && !n.cfg.Disabled[PartAPIEndpoint] {
 		// An agent's parts reach the API through the node-local
 		// endpoint, which follows every server.
-		e, local, err := apiEndpoint(p)
+		e, local, err := apiEndpoint(p, n.cfg.APIEndpointPort)
 		if err != nil {
 			return nil, err
 		}
