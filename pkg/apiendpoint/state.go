@@ -78,3 +78,22 @@ func (e *Endpoint) saveLocked(logger klog.Logger) {
 	}
 	e.saved = data
 }
+
+// LoadServers reads the servers kept in a state file (host:port each), for
+// a node that must reach the API before its endpoint runs (an agent's
+// restart, when the server it joined through is down). A missing file is
+// no servers; a corrupt one is an error, which the caller logs and ignores.
+func LoadServers(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st state
+	if err := decodeState(data, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return st.Servers, nil
+}

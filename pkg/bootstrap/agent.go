@@ -17,6 +17,7 @@ import (
 	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/internal/logfilter"
+	"github.com/edgeplane/edgeplane/pkg/apiendpoint"
 	"github.com/edgeplane/edgeplane/pkg/containerd"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
 	"github.com/edgeplane/edgeplane/pkg/node"
@@ -31,12 +32,14 @@ type AgentOptions struct {
 	Token      string
 	CACertHash string
 	Disable    []string
-	Node       node.Options
+	// LBServerPort is the node-local API endpoint's port on 127.0.0.1.
+	LBServerPort int
+	Node         node.Options
 }
 
 // NewAgentOptions returns the defaults.
 func NewAgentOptions() *AgentOptions {
-	return &AgentOptions{DataDir: defaultDataDir(), Node: node.NewOptions()}
+	return &AgentOptions{DataDir: defaultDataDir(), LBServerPort: apiendpoint.DefaultPort, Node: node.NewOptions()}
 }
 
 // AddFlags binds the options to fs.
@@ -46,6 +49,7 @@ func (o *AgentOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Token, "token", o.Token, "Node token, K10<ca-hash>::<id>.<secret>, as `edgeplane token --node` or `edgeplane token create` print on a server (default: $EDGEPLANE_TOKEN).")
 	fs.StringVar(&o.CACertHash, "ca-cert-hash", o.CACertHash, "With a bare <id>.<secret> token (kubeadm's form): the cluster CA's pin, sha256:<hex>, as kubeadm's --discovery-token-ca-cert-hash.")
 	fs.StringSliceVar(&o.Disable, "disable", o.Disable, "Components not to run, comma-separated (repeatable): "+strings.Join(disableable(true), ", ")+".")
+	fs.IntVar(&o.LBServerPort, "lb-server-port", o.LBServerPort, "Port on 127.0.0.1 of the node-local API endpoint through which the node's parts reach every server (as k3s's agent load balancer).")
 	o.Node.AddFlags(fs)
 }
 
@@ -55,8 +59,10 @@ type agentCompleted struct {
 	Server   string
 	Token    nodetoken.Token
 	Disabled map[string]bool
-	Node     node.Settings
-	problems []error
+	// LBServerPort is the node-local API endpoint's port.
+	LBServerPort int
+	Node         node.Settings
+	problems     []error
 }
 
 // CompletedAgentOptions are AgentOptions after Complete; Validate them before use.
@@ -96,6 +102,10 @@ func (o *AgentOptions) Complete() (CompletedAgentOptions, error) {
 		}
 		c.Token = t
 	}
+	if o.LBServerPort < 1 || o.LBServerPort > 65535 {
+		bad(fmt.Errorf("--lb-server-port %d: want a port, 1-65535 (default %d)", o.LBServerPort, apiendpoint.DefaultPort))
+	}
+	c.LBServerPort = o.LBServerPort
 	var disableErrs []error
 	c.Disabled, disableErrs = parseDisable(true, o.Disable)
 	c.problems = append(c.problems, disableErrs...)
@@ -168,12 +178,13 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 	}
 	logger.Info("The node's container runtime", "managed", choice.Managed != nil, "why", choice.Why)
 	n, err := node.New(node.Config{
-		Settings:    settings,
-		Dir:         dir,
-		Runtime:     rt,
-		Managed:     managed,
-		Credentials: &node.TokenJoin{Server: o.Server, Token: o.Token, PrepareDir: prepare},
-		Disabled:    o.Disabled,
+		Settings:        settings,
+		Dir:             dir,
+		Runtime:         rt,
+		Managed:         managed,
+		Credentials:     &node.TokenJoin{Server: o.Server, Token: o.Token, PrepareDir: prepare},
+		Disabled:        o.Disabled,
+		APIEndpointPort: o.LBServerPort,
 	})
 	if err != nil {
 		return err

@@ -22,6 +22,7 @@ var disableParts = []struct {
 	{node.PartFlannel, true, false},
 	{node.PartKubeProxy, true, false},
 	{node.PartNetworkPolicy, true, true},
+	{node.PartAPIEndpoint, false, true},
 	{componentCoreDNS, true, false},
 	{componentServiceLB, true, false},
 	{componentHelmController, true, false},

@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/background"
 	"github.com/edgeplane/edgeplane/internal/kubeclient"
+	"github.com/edgeplane/edgeplane/pkg/apiendpoint"
 	"github.com/edgeplane/edgeplane/pkg/containerd"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
@@ -45,6 +46,11 @@ func (s *server) publishNodeConfig(ctx context.Context, o CompletedOptions) erro
 	}
 	if err := kubeclient.Retry(ctx, "publishing the node settings", startupRetry, func(ctx context.Context) error {
 		return nodeconfig.Publish(ctx, client, nc)
+	}); err != nil {
+		return err
+	}
+	if err := kubeclient.Retry(ctx, "letting nodes learn the API servers", startupRetry, func(ctx context.Context) error {
+		return apiendpoint.EnsureRBAC(ctx, client)
 	}); err != nil {
 		return err
 	}

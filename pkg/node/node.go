@@ -7,6 +7,9 @@
 //	containerd   the node's own container runtime (pkg/containerd), when
 //	             edgeplane runs it (ChooseRuntime): started and answering
 //	             before any other part, stopped after all of them
+//	api-endpoint an agent's node-local API endpoint (pkg/apiendpoint) on
+//	             127.0.0.1:6444, through which the parts below reach
+//	             every server (unless off)
 //	images       the airgap images, imported into the runtime
 //	kubelet      upstream's, in this process
 //	flannel      the pod network across nodes (unless off)
@@ -69,6 +72,9 @@ type Config struct {
 	// InServer: the node runs in a server's process, whose feature gates
 	// the API server reads.
 	InServer bool
+	// APIEndpointPort is an agent's node-local API endpoint's port on
+	// 127.0.0.1 (0: apiendpoint.DefaultPort).
+	APIEndpointPort int
 }
 
 // Cluster is what a node takes from the cluster.
@@ -200,6 +206,16 @@ const partStopTimeout = 30 * time.Second
 // build makes the node's parts for the cluster's settings.
 func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Component, error) {
 	s, p := n.cfg.Settings, n.paths
+	var parts []component.Component
+	if !n.cfg.InServer && !n.cfg.Disabled[PartAPIEndpoint] {
+		// An agent's parts reach the API through the node-local
+		// endpoint, which follows every server.
+		e, local, err := apiEndpoint(p, n.cfg.APIEndpointPort)
+		if err != nil {
+			return nil, err
+		}
+		parts, p = append(parts, e), local
+	}
 	k, err := kubelet.New(n.cfg.KubeletOptions(p, cluster))
 	if err != nil {
 		return nil, err
@@ -213,10 +229,10 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 			klog.FromContext(ctx).Info("Dropped the kubelet's serving certificate from another CA: the kubelet asks for one from the kubelet-serving CA")
 		}
 	}
-	parts := []component.Component{
+	parts = append(parts,
 		n.images(ctx),
 		k,
-	}
+	)
 	if cluster.RenewServing != nil {
 		parts = append(parts, &servingRenewer{renew: cluster.RenewServing})
 	}

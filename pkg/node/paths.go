@@ -3,6 +3,7 @@ package node
 import (
 	"path/filepath"
 
+	"github.com/edgeplane/edgeplane/pkg/apiendpoint"
 	"github.com/edgeplane/edgeplane/pkg/containerd"
 	"github.com/edgeplane/edgeplane/pkg/nodeidentity"
 )
@@ -22,6 +23,12 @@ type Paths struct {
 	// Kubeconfig is the node's own kubeconfig: the kubelet's, and every
 	// other node component's.
 	Kubeconfig string
+	// LocalKubeconfig is Kubeconfig with the node-local API endpoint for
+	// server (pkg/apiendpoint): what the node's parts use when it runs.
+	LocalKubeconfig string
+	// APIServers are the API servers the endpoint learned, for its next
+	// start.
+	APIServers string
 	// IdentityKey is the node's identity key (pkg/nodeidentity), and
 	// IdentityBound records that the server bound the node's name to it.
 	IdentityKey   string
@@ -59,18 +66,20 @@ type Paths struct {
 func PathsIn(dir string) Paths {
 	ctd := filepath.Join(dir, "containerd")
 	return Paths{
-		Dir:           dir,
-		ServerCA:      filepath.Join(dir, "server-ca.crt"),
-		ClientCA:      filepath.Join(dir, "client-ca.crt"),
-		Kubeconfig:    filepath.Join(dir, "kubelet.kubeconfig"),
-		IdentityKey:   nodeidentity.KeyPath(dir),
-		IdentityBound: filepath.Join(dir, "node-identity.bound"),
-		RootDir:       filepath.Join(dir, "kubelet"),
-		CertDir:       filepath.Join(dir, "kubelet", "pki"),
-		Images:        filepath.Join(dir, "images"),
-		PauseImage:    filepath.Join(dir, "pause-image"),
-		Flannel:       filepath.Join(dir, "flannel"),
-		IPAM:          filepath.Join(dir, "cni", "networks"),
+		Dir:             dir,
+		ServerCA:        filepath.Join(dir, "server-ca.crt"),
+		ClientCA:        filepath.Join(dir, "client-ca.crt"),
+		Kubeconfig:      filepath.Join(dir, "kubelet.kubeconfig"),
+		LocalKubeconfig: filepath.Join(dir, "local-api.kubeconfig"),
+		APIServers:      filepath.Join(dir, apiendpoint.StateFileName),
+		IdentityKey:     nodeidentity.KeyPath(dir),
+		IdentityBound:   filepath.Join(dir, "node-identity.bound"),
+		RootDir:         filepath.Join(dir, "kubelet"),
+		CertDir:         filepath.Join(dir, "kubelet", "pki"),
+		Images:          filepath.Join(dir, "images"),
+		PauseImage:      filepath.Join(dir, "pause-image"),
+		Flannel:         filepath.Join(dir, "flannel"),
+		IPAM:            filepath.Join(dir, "cni", "networks"),
 
 		Containerd:         ctd,
 		ContainerdConfig:   filepath.Join(ctd, containerd.ConfigFile),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/atomicfile"
 	"github.com/edgeplane/edgeplane/internal/kubeclient"
+	"github.com/edgeplane/edgeplane/pkg/apiendpoint"
 	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
 	"github.com/edgeplane/edgeplane/pkg/nodeidentity"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
@@ -76,7 +78,13 @@ func (j *TokenJoin) Ensure(ctx context.Context, node string, p Paths) (Cluster, 
 			return Cluster{}, err
 		}
 		enroll(ctx, client, node, p, j.Server)
-		return fetchCluster(ctx, client, p)
+		// --server may be down while other servers answer: the servers
+		// the node's API endpoint learned are tried too.
+		clients, err := savedServerClients(ctx, p, j.Server)
+		if err != nil {
+			return Cluster{}, err
+		}
+		return fetchCluster(ctx, append([]kubernetes.Interface{client}, clients...), p)
 	}
 	if state == credExpired {
 		logger.Info("The node's client certificate has expired: joining again with the node token", "kubeconfig", p.Kubeconfig)
@@ -106,7 +114,7 @@ func (j *TokenJoin) Ensure(ctx context.Context, node string, p Paths) (Cluster, 
 	if err != nil {
 		return Cluster{}, err
 	}
-	return fetchCluster(ctx, client, p)
+	return fetchCluster(ctx, []kubernetes.Interface{client}, p)
 }
 
 // prepare calls PrepareDir once.
@@ -173,10 +181,19 @@ func (j *TokenJoin) bootstrapClient(caFile string) (kubernetes.Interface, error)
 // fetchCluster reads the cluster's settings for nodes with the node's own
 // credentials and writes the client CA the kubelet authenticates the API
 // server with. A server that is still starting is waited for; a refusal
-// (the node's certificate is not accepted) ends it at once.
-func fetchCluster(ctx context.Context, client kubernetes.Interface, p Paths) (Cluster, error) {
+// (the node's certificate is not accepted) ends it at once. With several
+// clients (one per server), each retry asks the next.
+func fetchCluster(ctx context.Context, clients []kubernetes.Interface, p Paths) (Cluster, error) {
 	var nc nodeconfig.Config
+	attempt := 0
 	err := kubeclient.Retry(ctx, "node: reading the cluster's settings for nodes", 2*time.Minute, func(ctx context.Context) error {
+		client := clients[attempt%len(clients)]
+		attempt++
+		if len(clients) > 1 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, fetchAttemptTimeout)
+			defer cancel()
+		}
 		var err error
 		nc, err = nodeconfig.Fetch(ctx, client)
 		return err
@@ -192,6 +209,57 @@ func fetchCluster(ctx context.Context, client kubernetes.Interface, p Paths) (Cl
 		return Cluster{}, err
 	}
 	return Cluster{Config: nc, ClientCAFile: p.ClientCA, Network: network}, nil
+}
+
+// fetchAttemptTimeout bounds one server's answer when there are others to
+// ask: a server whose host is gone does not refuse, it never answers.
+const fetchAttemptTimeout = 10 * time.Second
+
+// savedServerClients are clients, with the node's credentials, of the
+// servers the node's API endpoint kept on disk (p.APIServers) other than
+// first (the --server URL). A state file that cannot be read is logged and
+// ignored: the node goes on with --server.
+func savedServerClients(ctx context.Context, p Paths, first string) ([]kubernetes.Interface, error) {
+	saved, err := apiendpoint.LoadServers(p.APIServers)
+	if err != nil {
+		klog.FromContext(ctx).Info("Ignoring the API servers kept on disk, using --server only", "err", err.Error())
+		return nil, nil
+	}
+	var clients []kubernetes.Interface
+	for _, addr := range saved {
+		server := "https://" + addr
+		if sameServer(server, first) {
+			continue
+		}
+		cfg, err := kubeclient.Config(p.Kubeconfig, partJoin, kubeclient.Burst)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Host = server
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+		clients = append(clients, client)
+	}
+	return clients, nil
+}
+
+// sameServer tells whether two https URLs name the same host and port.
+func sameServer(a, b string) bool {
+	ua, errA := url.Parse(a)
+	ub, errB := url.Parse(b)
+	if errA != nil || errB != nil {
+		return a == b
+	}
+	pa, pb := ua.Port(), ub.Port()
+	if pa == "" {
+		pa = "443"
+	}
+	if pb == "" {
+		pb = "443"
+	}
+	return ua.Hostname() == ub.Hostname() && pa == pb
 }
 
 // writeKubeconfig writes the node's kubeconfig: server, the CA file, and

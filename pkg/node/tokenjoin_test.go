@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
 	bootstrapsigner "k8s.io/kubernetes/pkg/controller/bootstrap"
 
@@ -145,7 +146,7 @@ func TestFetchCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := fetchCluster(ctx, client, p)
+		got, err := fetchCluster(ctx, []kubernetes.Interface{client}, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,6 +155,55 @@ func TestFetchCluster(t *testing.T) {
 		}
 		if b := mustRead(t, p.ClientCA); string(b) != string(want.ClientCA) || got.ClientCAFile != p.ClientCA {
 			t.Errorf("client CA file %s holds %q, want the published CA", got.ClientCAFile, b)
+		}
+	})
+
+	// An agent restarting while the server it joined through is down
+	// reaches the others its API endpoint kept on disk.
+	t.Run("--server down, a kept server answers", func(t *testing.T) {
+		p := PathsIn(t.TempDir())
+		dead := closedServerURL(t)
+		if _, err := certs.EnsureNodeClient(ctx, srv.PKI, "edge-c", p.CertDir, p.Kubeconfig, dead); err != nil {
+			t.Fatal(err)
+		}
+		live := strings.TrimPrefix(cfg.Host, "https://")
+		state := `{"servers":["` + strings.TrimPrefix(dead, "https://") + `","` + live + `"]}` + "\n"
+		if err := os.WriteFile(p.APIServers, []byte(state), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		client, err := kubeclient.New(p.Kubeconfig, "test", kubeclient.Steady)
+		if err != nil {
+			t.Fatal(err)
+		}
+		others, err := savedServerClients(ctx, p, dead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(others) != 1 {
+			t.Fatalf("%d clients of kept servers, want 1 (the live one; --server is not asked twice)", len(others))
+		}
+		fetchCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		got, err := fetchCluster(fetchCtx, append([]kubernetes.Interface{client}, others...), p)
+		if err != nil {
+			t.Fatalf("fetch with --server down and %s kept: %v", live, err)
+		}
+		if got.ClusterCIDR != want.ClusterCIDR {
+			t.Errorf("cluster %+v, want the published settings", got)
+		}
+	})
+
+	t.Run("a corrupt server list is ignored", func(t *testing.T) {
+		p := PathsIn(t.TempDir())
+		if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p.APIServers, []byte(`{"servers":["no port"]}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		others, err := savedServerClients(ctx, p, cfg.Host)
+		if err != nil || len(others) != 0 {
+			t.Fatalf("kept servers from a corrupt file: %d clients, %v; want none and no error", len(others), err)
 		}
 	})
 
@@ -177,7 +227,7 @@ func TestFetchCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		begin := time.Now()
-		_, err = fetchCluster(ctx, client, p)
+		_, err = fetchCluster(ctx, []kubernetes.Interface{client}, p)
 		if err == nil || !strings.Contains(err.Error(), "Unauthorized") {
 			t.Fatalf("fetch with refused credentials: %v, want Unauthorized", err)
 		}
@@ -185,4 +235,18 @@ func TestFetchCluster(t *testing.T) {
 			t.Errorf("a refusal took %s to end the fetch, want at once", took)
 		}
 	})
+}
+
+// closedServerURL is an https URL on loopback where nothing listens.
+func closedServerURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return "https://" + addr
 }

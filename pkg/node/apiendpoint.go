@@ -1,0 +1,67 @@
+package node
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/edgeplane/edgeplane/pkg/apiendpoint"
+)
+
+// PartAPIEndpoint is the node-local API endpoint's --disable name.
+const PartAPIEndpoint = "api-endpoint"
+
+// apiEndpoint is an agent's node-local API endpoint on 127.0.0.1:port (0:
+// apiendpoint.DefaultPort), first contact the server of the node's
+// kubeconfig (its --server), and the paths the other parts use: their
+// kubeconfig (p.LocalKubeconfig) points at the endpoint. The servers'
+// serving certificates cover 127.0.0.1 (pkg/certs), so TLS passes through
+// unchanged.
+func apiEndpoint(p Paths, port int) (*apiendpoint.Endpoint, Paths, error) {
+	if port == 0 {
+		port = apiendpoint.DefaultPort
+	}
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	server, certFile, err := kubeconfigServer(p.Kubeconfig)
+	if err != nil {
+		return nil, p, err
+	}
+	local := p
+	local.Kubeconfig = p.LocalKubeconfig
+	if err := writeKubeconfig(local, "https://"+listen, p.ServerCA, certFile); err != nil {
+		return nil, p, err
+	}
+	e, err := apiendpoint.New(apiendpoint.Config{
+		Listen: listen, Server: server, StateFile: p.APIServers, CAFile: p.ServerCA, Kubeconfig: local.Kubeconfig,
+	})
+	if err != nil {
+		return nil, p, err
+	}
+	return e, local, nil
+}
+
+// kubeconfigServer is the server (host:port) and the client certificate
+// file of the kubeconfig at path.
+func kubeconfigServer(path string) (server, certFile string, err error) {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return "", "", fmt.Errorf("node API endpoint: %s: %w", path, err)
+	}
+	cur := cfg.Contexts[cfg.CurrentContext]
+	if cur == nil || cfg.Clusters[cur.Cluster] == nil || cfg.AuthInfos[cur.AuthInfo] == nil {
+		return "", "", fmt.Errorf("node API endpoint: %s has no current cluster and user", path)
+	}
+	raw := cfg.Clusters[cur.Cluster].Server
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" {
+		return "", "", fmt.Errorf("node API endpoint: %s: server %q is not an https URL", path, raw)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port), cfg.AuthInfos[cur.AuthInfo].ClientCertificate, nil
+}
