@@ -107,7 +107,8 @@ func TestManagedRuntime(t *testing.T) {
 		c.runPod(t, k.pod, k.node, "exec sleep "+strconv.Itoa(86400+i), nil)
 	}
 	// checkKept: each kept pod still runs the container it ran first, with
-	// the same process, in its one sandbox.
+	// the same process, in its one sandbox, as its node's containerd and
+	// the API tell.
 	checkKept := func(t *testing.T) {
 		t.Helper()
 		for i, k := range keep {
@@ -117,12 +118,37 @@ func TestManagedRuntime(t *testing.T) {
 				k.container, k.pid = id, pid
 				continue
 			}
+			if running := runningContainers(t, k.ctd, k.pod); len(running) != 1 || "containerd://"+running[0] != k.container {
+				t.Errorf("pod %s: %s's containerd runs containers %v; it ran %s", k.pod, k.node, running, k.container)
+			}
 			if id != k.container || restarts != 0 || pid != k.pid {
 				t.Errorf("pod %s runs container %s (restarts %d, process %d); it ran %s (process %d)", k.pod, id, restarts, pid, k.container, k.pid)
 			}
 			if n := sandboxes(t, k.ctd, k.pod); n != 1 {
 				t.Errorf("pod %s has %d sandboxes in %s's containerd, want 1", k.pod, n, k.node)
 			}
+		}
+	}
+	// restarted waits until node's new edgeplane has its containerd
+	// answering and its kubelet has reported the node (a heartbeat after
+	// since) and runs commands in the node's kept pods: it has seen the
+	// pods, and made them anew if it was going to.
+	restarted := func(t *testing.T, node string, since time.Time) {
+		t.Helper()
+		since = since.Truncate(time.Second) // the API's times are in seconds
+		eventually(t, 2*time.Minute, node+"'s kubelet reporting again", func(ctx context.Context) (bool, error) {
+			r := nodeReady(t, c, node)
+			return r.Status == corev1.ConditionTrue && !r.LastHeartbeatTime.Time.Before(since),
+				fmt.Errorf("Ready %s, last heartbeat %s", r.Status, r.LastHeartbeatTime)
+		})
+		for _, k := range keep {
+			if k.node != node {
+				continue
+			}
+			eventually(t, time.Minute, "kubectl exec in "+k.pod, func(context.Context) (bool, error) {
+				out, err := c.podExec(k.pod, "echo", "alive")
+				return err == nil && strings.TrimSpace(out) == "alive", err
+			})
 		}
 	}
 	checkKept(t)
@@ -203,8 +229,9 @@ func TestManagedRuntime(t *testing.T) {
 		// has the wrong password.
 		writeRegistries(t, "wrong")
 		c.Agent.stop(t)
+		since := time.Now()
 		c.Agent = c.startAgent(t)
-		waitNodeReady(t, c.Server, c.AgentNode)
+		restarted(t, c.AgentNode, since)
 		checkKept(t)
 		t.Run("wrong password", func(t *testing.T) {
 			runImage(t, c, "unauthorized", "docker.io/library/hello:2.0")
@@ -214,7 +241,9 @@ func TestManagedRuntime(t *testing.T) {
 	})
 
 	t.Run("server stopped and started", func(t *testing.T) {
+		since := time.Now()
 		restartServer(t, c)
+		restarted(t, c.ServerNode, since)
 		checkKept(t)
 	})
 	t.Logf("TestManagedRuntime took %s", time.Since(begin).Round(time.Second))
@@ -400,6 +429,33 @@ func sandboxes(t *testing.T, dir, pod string) int {
 		t.Fatalf("list the sandboxes of %s in %s: %v", pod, dir, err)
 	}
 	return len(list.Items)
+}
+
+// runningContainers are the ids of pod's running containers in the
+// managed containerd of dir.
+func runningContainers(t *testing.T, dir, pod string) []string {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, containerd.SocketFile), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := runtimeapi.NewRuntimeServiceClient(conn).ListContainers(ctx, &runtimeapi.ListContainersRequest{
+		Filter: &runtimeapi.ContainerFilter{
+			State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+			LabelSelector: map[string]string{"io.kubernetes.pod.name": pod},
+		},
+	})
+	if err != nil {
+		t.Fatalf("list the containers of %s in %s: %v", pod, dir, err)
+	}
+	var ids []string
+	for _, ctr := range list.Containers {
+		ids = append(ids, ctr.Id)
+	}
+	return ids
 }
 
 // runImage is `kubectl run name --image=image` on the agent, a pod that
