@@ -58,9 +58,15 @@ func (c Config) KubeletOptions(p Paths, cluster Cluster) kubelet.Options {
 		NodeLeaseDuration: cluster.NodeLeaseDuration,
 		AllowPrivileged:   cluster.AllowPrivileged,
 	}
-	if c.Runtime != nil {
+	switch {
+	case c.Runtime != nil:
 		o.RuntimeEndpoint = c.Runtime.Endpoint
 		o.CgroupDriver = cgroupDriver(c.Runtime.CgroupDriver)
+	case c.Managed != nil:
+		// Before the managed containerd answers (New checks the options
+		// then): its socket and the driver it is configured with.
+		o.RuntimeEndpoint = c.Managed.Endpoint()
+		o.CgroupDriver = c.Managed.CgroupDriver()
 	}
 	return o
 }

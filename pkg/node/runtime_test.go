@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgeplane/edgeplane/pkg/containerd"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
 )
 
@@ -63,5 +64,34 @@ func TestChooseRuntime(t *testing.T) {
 	c = ChooseRuntime(ctx, "")
 	if c.Managed != nil || !strings.Contains(c.Why, "no containerd binary found") {
 		t.Errorf("no binary on the PATH: %+v, want the host's runtime, saying why", c)
+	}
+}
+
+// noCredentials are credentials New takes and never uses.
+type noCredentials struct{}
+
+func (noCredentials) Ensure(context.Context, string, Paths) (Cluster, error) {
+	return Cluster{}, nil
+}
+
+// TestNewManaged: a node whose runtime is a managed containerd (no
+// Runtime until the containerd answers) is accepted by New, its kubelet
+// pointed at the managed socket with the containerd's cgroup driver.
+func TestNewManaged(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), DirName)
+	ctd, err := containerd.New(context.Background(), containerd.Config{
+		Dir: PathsIn(dir).Containerd, Binary: &containerd.Binary{Path: "/usr/bin/containerd", Version: "1.6.20~ds1"},
+		CgroupDriver: "cgroupfs", SandboxImage: defaultPauseImage, CNIBinDir: "/opt/cni/bin", CNIConfDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Settings: Settings{Name: "edge-1"}, Dir: dir, Managed: ctd, Credentials: noCredentials{}}
+	if _, err := New(cfg); err != nil {
+		t.Fatalf("New with a managed containerd: %v", err)
+	}
+	o := cfg.KubeletOptions(PathsIn(dir), Cluster{})
+	if o.RuntimeEndpoint != "unix://"+PathsIn(dir).ContainerdSocket || o.CgroupDriver != "cgroupfs" {
+		t.Errorf("kubelet runtime endpoint %q, cgroup driver %q; want unix://%s, cgroupfs", o.RuntimeEndpoint, o.CgroupDriver, PathsIn(dir).ContainerdSocket)
 	}
 }

@@ -52,6 +52,18 @@ type twoNodeOptions struct {
 	// Bin runs another edgeplane binary (an older version) for both
 	// nodes; empty: the one under test.
 	Bin string
+	// ManagedRuntime starts both nodes with no runtime flags (no
+	// --container-runtime-endpoint, no --pause-image): each runs its own
+	// containerd (Debian's, on the PATH) under its data dir, with the pause
+	// image inside edgeplane (none in the airgap folder). This host's quirks
+	// go in each node's config.toml.tmpl (managedRuntime), never in the
+	// product's defaults. RegistryConfigDir does not apply.
+	ManagedRuntime bool
+	// RegistriesFile, with ManagedRuntime, is called with the host's
+	// address on the nodes' bridge before the nodes start and returns the
+	// nodes' --registries-file; nil: none (not the host's
+	// /etc/edgeplane/registries.yaml).
+	RegistriesFile func(t *testing.T, hostIP string) string
 }
 
 // kubeletArgs are a node's kubelet flags of opts (ns: the node's network
@@ -75,7 +87,11 @@ type twoNodeCluster struct {
 	ServerIP, AgentIP     string
 	HostIP                string
 
+	// ServerCtrd and AgentCtrd are the nodes' containerds of the test's
+	// own; nil with ManagedRuntime, where ServerDir and AgentDir (each
+	// node's --data-dir) hold the managed ones (agent/containerd).
 	ServerCtrd, AgentCtrd *testcontainerd.Containerd
+	ServerDir, AgentDir   string
 
 	serverArgs, agentArgs []string
 	// owner is the test that made the cluster: agents that outlive a
@@ -164,8 +180,8 @@ func buildClusterImages(t *testing.T) func() {
 }
 
 // clusterImages puts the workload image (busybox plus the in-cluster
-// client), the CoreDNS image and the sandbox image in dir.
-func clusterImages(t *testing.T, dir string) {
+// client), the CoreDNS image and, with pause, the sandbox image in dir.
+func clusterImages(t *testing.T, dir string, pause bool) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -176,7 +192,11 @@ func clusterImages(t *testing.T, dir string) {
 	}
 	bb := testimage.Busybox()
 	bb.Files = append(bb.Files, testimage.File{Path: "bin/incluster", Mode: 0o755, Body: client})
-	for _, img := range []testimage.Image{bb, coreDNSImage(t), testimage.Pause()} {
+	images := []testimage.Image{bb, coreDNSImage(t)}
+	if pause {
+		images = append(images, testimage.Pause())
+	}
+	for _, img := range images {
 		if _, err := testimage.Write(dir, img); err != nil {
 			t.Fatal(err)
 		}
@@ -227,23 +247,41 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 
 	// Before containerd: the cgroup roots are removed after the pods are.
 	serverKubelet, agentKubelet := opts.kubeletArgs(t, c.ServerNS), opts.kubeletArgs(t, c.AgentNS)
-	var registries string
-	if opts.RegistryConfigDir != nil {
-		registries = opts.RegistryConfigDir(t, c.HostIP)
+	var dataDir, agentDir string
+	var serverRuntime, agentRuntime []string
+	if opts.ManagedRuntime {
+		// Both data dirs first: each managed containerd's cleanup must run
+		// before its data dir is removed.
+		dataDir, agentDir = agentDataDir(t), agentDataDir(t)
+		registries := filepath.Join(t.TempDir(), "registries.yaml") // no such file
+		if opts.RegistriesFile != nil {
+			registries = opts.RegistriesFile(t, c.HostIP)
+		}
+		serverRuntime = managedRuntime(t, dataDir, c.ServerNS, registries)
+		agentRuntime = managedRuntime(t, agentDir, c.AgentNS, registries)
+	} else {
+		var registries string
+		if opts.RegistryConfigDir != nil {
+			registries = opts.RegistryConfigDir(t, c.HostIP)
+		}
+		c.ServerCtrd = testcontainerd.Start(t, testcontainerd.Options{Netns: c.ServerNS, RegistryConfigDir: registries})
+		c.AgentCtrd = testcontainerd.Start(t, testcontainerd.Options{Netns: c.AgentNS, RegistryConfigDir: registries})
+		serverRuntime = []string{"--container-runtime-endpoint", c.ServerCtrd.Endpoint, "--cni-conf-dir", c.ServerCtrd.CNIConfDir,
+			"--pause-image", testimage.DefaultPauseName}
+		agentRuntime = []string{"--container-runtime-endpoint", c.AgentCtrd.Endpoint, "--cni-conf-dir", c.AgentCtrd.CNIConfDir,
+			"--pause-image", testimage.DefaultPauseName}
+		dataDir = agentDataDir(t) // short: the kubelet's sockets live below it
 	}
-	c.ServerCtrd = testcontainerd.Start(t, testcontainerd.Options{Netns: c.ServerNS, RegistryConfigDir: registries})
-	c.AgentCtrd = testcontainerd.Start(t, testcontainerd.Options{Netns: c.AgentNS, RegistryConfigDir: registries})
-
-	dataDir := agentDataDir(t) // short: the kubelet's sockets live below it
-	clusterImages(t, filepath.Join(dataDir, "agent", "images"))
+	c.ServerDir = dataDir
+	clusterImages(t, filepath.Join(dataDir, "agent", "images"), !opts.ManagedRuntime)
 	serverArgs := append([]string{"server", "--data-dir", dataDir,
 		// The whole namespace, loopback included: the server's own
 		// components dial 127.0.0.1.
 		"--bind-address", "0.0.0.0", "--advertise-address", c.ServerIP, "--https-port", "6443",
-		"--container-runtime-endpoint", c.ServerCtrd.Endpoint, "--cni-conf-dir", c.ServerCtrd.CNIConfDir,
-		"--pause-image", testimage.DefaultPauseName, "--node-name", c.ServerNode, "--node-ip", c.ServerIP,
+		"--node-name", c.ServerNode, "--node-ip", c.ServerIP,
 		"--coredns-image", testimage.DefaultCoreDNSName,
-	}, serverKubelet...) // ports, and a pod log dir of its own
+	}, serverRuntime...)
+	serverArgs = append(serverArgs, serverKubelet...) // ports, and a pod log dir of its own
 	// agentKubeletArgs (or a cgroup root of its own) for the server's
 	// kubelet too: a kubelet with per-QoS cgroups treats pod cgroups under
 	// /kubepods that it does not know as orphans and kills their processes,
@@ -255,14 +293,16 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 	c.Server = startServerCmd(t, dataDir, nsenterBinCmd(opts.Bin, c.ServerNS, serverArgs...))
 	c.Server.useAddress(t, "https://"+c.ServerIP+":6443")
 
-	agentDir := agentDataDir(t)
-	clusterImages(t, filepath.Join(agentDir, "agent", "images"))
+	if agentDir == "" {
+		agentDir = agentDataDir(t)
+	}
+	c.AgentDir = agentDir
+	clusterImages(t, filepath.Join(agentDir, "agent", "images"), !opts.ManagedRuntime)
 	c.agentArgs = append([]string{"agent", "--config", "", "--server", "https://" + c.ServerIP + ":6443",
 		"--token", serverNodeToken(t, c.Server), "--data-dir", agentDir,
 		"--node-name", c.AgentNode, "--node-ip", c.AgentIP,
-		"--container-runtime-endpoint", c.AgentCtrd.Endpoint, "--cni-conf-dir", c.AgentCtrd.CNIConfDir,
-		"--pause-image", testimage.DefaultPauseName,
-	}, agentKubelet...)
+	}, agentRuntime...)
+	c.agentArgs = append(c.agentArgs, agentKubelet...)
 	c.agentArgs = append(c.agentArgs, opts.AgentArgs...)
 	c.Agent = startAgentCmd(t, nsenterBinCmd(opts.Bin, c.AgentNS, c.agentArgs...))
 	c.Server.mustKeepRunning(t)

@@ -114,7 +114,7 @@ func TestMakeRun(t *testing.T) {
 	// --pod-logs-dir, and its stats loop logs an error for each.
 	nodeArgs := func(t *testing.T, dataDir string) []string {
 		ctrd := testcontainerd.Start(t, testcontainerd.Options{Netns: nn.ns})
-		clusterImages(t, filepath.Join(dataDir, "agent", "images"))
+		clusterImages(t, filepath.Join(dataDir, "agent", "images"), true)
 		return append([]string{
 			"--container-runtime-endpoint", ctrd.Endpoint, "--cni-conf-dir", ctrd.CNIConfDir,
 			"--pause-image", testimage.DefaultPauseName, "--node-name", "edge-run",
