@@ -356,3 +356,19 @@ func killProcs(dir string) {
 		}
 	}
 }
+
+// throttled is "N of M periods" from g's cpu.stat: how often the quota
+// held edgeplane back; "" when unreadable.
+func (g group) throttled() string {
+	b, err := os.ReadFile(filepath.Join(g.cpuDir(), "cpu.stat"))
+	if err != nil {
+		return ""
+	}
+	kv := map[string]int64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			kv[f[0]], _ = strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	return fmt.Sprintf("%d of %d periods", kv["nr_throttled"], kv["nr_periods"])
+}

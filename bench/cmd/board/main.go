@@ -156,6 +156,11 @@ type result struct {
 	PodsUpSec  float64 `json:"pods_up_s"` // the workload created to all up
 	RolloutSec float64 `json:"rollout_s"`
 	IdleSec    float64 `json:"idle_s"`
+	// edgeplane's CPU time during the workload, its CPU use idle (% of
+	// one host core), and the CFS periods its cgroup was throttled in.
+	WorkloadCPUSec float64 `json:"workload_cpu_s"`
+	IdleCPUPct     float64 `json:"idle_cpu_pct"`
+	Throttled      string  `json:"cpu_throttled,omitempty"`
 
 	OOM struct {
 		Edgeplane  int64     `json:"edgeplane"`
@@ -307,6 +312,7 @@ func (b *board) collect(r *result) {
 	}
 	r.LimitHits = lim.LimitHits
 	r.PeakMiB, r.EdgeplanePeakMiB, r.ContainerdPeakMiB, r.PodsPeakMiB = mib(lim.Peak), mib(ep.Peak), mib(ctd.Peak), mib(pods.Peak)
+	r.Throttled = b.edgeplane.throttled()
 	log, err := kernelLog()
 	if err != nil {
 		r.OOM.KernelLogErr = err.Error()
@@ -356,8 +362,8 @@ func printTableFile(w io.Writer, path string) error {
 	return nil
 }
 
-const tableHeader = "| config | cpu | start s | 30 pods up s | rollout s | OOM kills ep/ctd/pods | RSS anon/file MiB, workload end | idle end | cgroup peak MiB | majflt/min idle (worst) | GET p50/p99 ms (n) | LIST pods | create | kubectl get -A | idle GET | pod -> Running | NotReady |\n" +
-	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+const tableHeader = "| config | cpu | start s | 30 pods up s | rollout s | OOM kills ep/ctd/pods | RSS anon/file MiB, workload end | idle end | cgroup peak MiB | majflt/min idle (worst) | edgeplane CPU s workload / % idle | GET p50/p99 ms (n) | LIST pods | create | kubectl get -A | idle GET | pod -> Running | NotReady |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 func printTable(w io.Writer, rs []*result) {
 	fmt.Fprintln(w, tableHeader)
@@ -365,6 +371,11 @@ func printTable(w io.Writer, rs []*result) {
 		fmt.Fprintln(w, r.row())
 	}
 	for _, r := range rs {
+		fmt.Fprintf(w, "%s: cgroup %s, load %.1f -> %.1f; cgroup peaks edgeplane %.0f, containerd+shims %.0f, pods %.0f MiB; edgeplane RSS max %.0f MiB (anon %.0f); CPU quota throttled %s; idle %.0f s\n",
+			r.Name, r.Cgroups, r.LoadStart, r.LoadEnd, r.EdgeplanePeakMiB, r.ContainerdPeakMiB, r.PodsPeakMiB, r.RSSMaxMiB, r.AnonMaxMiB, r.Throttled, r.IdleSec)
+		for _, k := range r.OOM.KernelLog {
+			fmt.Fprintf(w, "%s: kernel OOM kill of %s (pid %d) in %s, limit of %s\n", r.Name, k.Task, k.PID, k.TaskMemcg, k.OOMMemcg)
+		}
 		for _, e := range r.Errors {
 			fmt.Fprintf(w, "%s: %s\n", r.Name, e)
 		}
@@ -383,10 +394,10 @@ func (r *result) row() string {
 		}
 		return fmt.Sprintf("%.0f/%.0f", s.AnonMiB, s.FileMiB)
 	}
-	return fmt.Sprintf("| %s | %.2f | %.0f | %.0f | %.0f | %d/%d/%d (%s) | %s | %s | %.0f (%d at limit) | %.0f (%.0f) | %s | %s | %s | %s | %s | %s | %d |",
+	return fmt.Sprintf("| %s | %.2f | %.0f | %.0f | %.0f | %d/%d/%d (%s) | %s | %s | %.0f (%d at limit) | %.0f (%.0f) | %.0f / %.1f | %s | %s | %s | %s | %s | %s | %d |",
 		r.Name, r.CPUShare, r.StartSec, r.PodsUpSec, r.RolloutSec,
 		r.OOM.Edgeplane, r.OOM.Containerd, oomPods, kernel,
 		memCell(r.WorkloadEnd), memCell(r.IdleEnd), r.PeakMiB, r.LimitHits,
-		r.MajfltPerMinIdle, r.MajfltPerMinIdleWorst,
+		r.MajfltPerMinIdle, r.MajfltPerMinIdleWorst, r.WorkloadCPUSec, r.IdleCPUPct,
 		r.Get.cell(), r.List.cell(), r.Create.cell(), r.Kubectl.cell(), r.IdleGet.cell(), r.PodRunning.cell(), r.NotReady)
 }

@@ -130,6 +130,7 @@ func (b *board) measure(ctx context.Context, r *result, started time.Time) error
 	}
 
 	// The workload, probed.
+	cpu0, _ := procfs.CPUTime(b.pid)
 	pctx, stopProbes := context.WithCancel(wctx)
 	var pr probes
 	var pwg sync.WaitGroup
@@ -151,6 +152,8 @@ func (b *board) measure(ctx context.Context, r *result, started time.Time) error
 	}
 	stopProbes()
 	pwg.Wait()
+	cpu1, _ := procfs.CPUTime(b.pid)
+	r.WorkloadCPUSec = (cpu1 - cpu0).Seconds()
 	r.Get, r.List, r.Create, r.Kubectl = pr.get.summary(), pr.list.summary(), pr.create.summary(), pr.kctl.summary()
 	pl := pt.latencies()
 	r.PodRunning = pl.summary()
@@ -188,6 +191,9 @@ func (b *board) measure(ctx context.Context, r *result, started time.Time) error
 		smp.take()
 		r.IdleGet = idle.summary()
 		r.IdleSec = time.Since(started).Seconds() - idleFrom
+		if cpu2, err := procfs.CPUTime(b.pid); err == nil && r.IdleSec > 0 {
+			r.IdleCPUPct = (cpu2 - cpu1).Seconds() / r.IdleSec * 100
+		}
 		r.IdleEnd = smp.last()
 		r.MajfltPerMinIdle, r.MajfltPerMinIdleWorst = faultRates(smp.all(), idleFrom, time.Since(started).Seconds())
 	}
