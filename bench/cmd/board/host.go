@@ -156,6 +156,14 @@ func (b *board) start(ctx context.Context) error {
 		// not its own in /var/log/pods). Test-host needs, not board ones.
 		"--kubelet-arg=cgroup-root=" + b.pods.path,
 		"--pod-logs-dir", filepath.Join(b.dataDir, "pod-logs"),
+		// Disk thresholds in amounts, not shares, as the conformance
+		// run's nodes have them: on a shared test host's disk, which the
+		// kubelet sees more than 85% full, image garbage collection would
+		// remove the imported images (the pods never pull) and the default
+		// eviction thresholds would put the node into DiskPressure. A
+		// board's SD card has its own; memory.available is the default.
+		"--kubelet-arg=image-gc-high-threshold=100",
+		"--kubelet-arg=eviction-hard=memory.available<100Mi,nodefs.available<512Mi,imagefs.available<512Mi,nodefs.inodesFree<1%",
 	}
 	args = append(args, b.opts.extraArgs...)
 	const script = `for f in $BOARD_CGROUPS; do echo $$ > "$f" || exit 125; done; exec "$@"`
