@@ -76,6 +76,17 @@ test-qemu:
 bench-nodes:
 	./bench/nodes.sh
 
+# The board benchmark (bench/board.sh, bench/cmd/board, docs/PERFORMANCE.md):
+# the server as its own node on a private containerd, in a memory cgroup
+# (512 MiB --profile default, 256 MiB --profile small, and 384 MiB over
+# edgeplane, containerd and the pods together) with one Cortex-A53 core's CPU
+# quota; 30 pods, a rolling update, then BOARD_IDLE (default 30m) idle. Runs
+# as root; about 35 min per configuration. BOARD_ARGS go to the driver
+# (-configs, -cpu, ...); BOARD_LOCK names a file to flock while it runs.
+.PHONY: bench-board
+bench-board:
+	BOARD_IDLE=$(BOARD_IDLE) BOARD_LOCK=$(BOARD_LOCK) ./bench/board.sh $(BOARD_ARGS)
+
 # Cluster network figures (docs/NETWORKING.md): two two-node clusters on this
 # host (the agent in a network namespace of its own), network parts on and off;
 # deploy-to-answering time, pod-to-pod and pod-to-Service latency against plain

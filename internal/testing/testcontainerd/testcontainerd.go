@@ -63,6 +63,11 @@ type Options struct {
 	// RegistryAuths are the CRI plugin's registry.configs.<host>.auth
 	// entries (credentials containerd 1.6 and 1.7 use with config_path).
 	RegistryAuths []RegistryAuth
+	// Cgroups are cgroup.procs files (one per hierarchy) that containerd
+	// joins before it starts, so that it, its shims and whatever they
+	// allocate are charged there from the first page (the board
+	// benchmark's cgroups); empty means the caller's cgroups.
+	Cgroups []string
 }
 
 // RegistryAuth is the credentials for one registry host (host or
@@ -190,6 +195,9 @@ func Launch(dir, short string, opts Options) (*Containerd, error) {
 	if opts.Netns != "" {
 		c.cmd = exec.Command("nsenter", "--net=/run/netns/"+opts.Netns, "--", Binary, "--config", config, "--log-level", "info")
 	}
+	if len(opts.Cgroups) > 0 {
+		c.cmd = joinCgroups(c.cmd, opts.Cgroups)
+	}
 	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
 	// Its own process group, so a test's Ctrl-C does not reach it first.
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -212,6 +220,17 @@ func Launch(dir, short string, opts Options) (*Containerd, error) {
 		return nil, fmt.Errorf("testcontainerd: containerd did not come up: %w\ncontainerd log:\n%s", err, c.Log())
 	}
 	return c, nil
+}
+
+// joinCgroups wraps cmd in a shell that writes its own pid to each of
+// procs (cgroup.procs files) and then execs cmd: the process starts in those
+// cgroups, where a move after the start would leave what it allocated
+// first charged to the old ones.
+func joinCgroups(cmd *exec.Cmd, procs []string) *exec.Cmd {
+	const script = `for f in $TESTCONTAINERD_CGROUPS; do echo $$ > "$f" || exit 125; done; exec "$@"`
+	w := exec.Command("/bin/sh", append([]string{"-c", script, "sh", cmd.Path}, cmd.Args[1:]...)...)
+	w.Env = append(os.Environ(), "TESTCONTAINERD_CGROUPS="+strings.Join(procs, " "))
+	return w
 }
 
 // Log returns what containerd has logged so far.
