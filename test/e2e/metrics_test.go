@@ -47,7 +47,9 @@ import (
 // to 1. A node whose "kubelet" serves a certificate from the server CA
 // (what every client trusts for the API server, and what kubelets served
 // before the kubelet-serving CA) is refused during the handshake and never
-// asked: it has no figures.
+// asked: it has no figures. And what a user installs first: a chart
+// (a HelmChart with chartContent) with a claim, an Ingress and an HPA runs
+// with no flags (checkApplicationChart).
 func TestMetricsServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs containerd, a server, its kubelet and an agent")
@@ -170,6 +172,8 @@ func TestMetricsServer(t *testing.T) {
 	})
 
 	t.Run("HorizontalPodAutoscaler", func(t *testing.T) { checkHPA(t, c) })
+
+	t.Run("a chart with a claim, an Ingress and an HPA, on a cluster made with no flags", func(t *testing.T) { checkApplicationChart(t, c) })
 
 	t.Run("a kubelet certificate from another CA is refused", func(t *testing.T) { checkRogueKubelet(t, c) })
 }

@@ -57,6 +57,9 @@ var ByDesign = map[string]string{
 	// Figures of docs/ADDONS.md, "Ingress" (TestIngress checks the behaviour).
 	"ingress-footprint": "measures the idle RSS of a server node with the Ingress controller on and off (docs/ADDONS.md): " +
 		"two servers idle for minutes each; runs with EDGEPLANE_INGRESS_FOOTPRINT set to an idle duration (e.g. 3m), under the e2e lock",
+	// Figures of docs/ADDONS.md's summary table, not a check of behaviour.
+	"addon-figures": "measures the idle disk writes, RSS and CPU of a server node with the application add-ons on and off (docs/ADDONS.md): " +
+		"about 4 minutes per configuration; runs with EDGEPLANE_ADDON_FIGURES set to a list of configurations (e.g. all,none), under the e2e lock",
 }
 
 // CI reports whether the tests run in CI, where a missing precondition is a
