@@ -85,7 +85,7 @@ func TestAgentFollowsServers(t *testing.T) {
 	kubeletArgs := twoNodeOptions{}.kubeletArgs(t, nss["a"])
 	ctrd := testcontainerd.Start(t, testcontainerd.Options{Netns: nss["a"]})
 	agentDir := agentDataDir(t)
-	clusterImages(t, filepath.Join(agentDir, "agent", "images"))
+	clusterImages(t, filepath.Join(agentDir, "agent", "images"), true)
 	const node = "edge-a"
 	agentArgs := append([]string{"agent", "--config", "", "--server", url("s1"),
 		"--token", serverNodeToken(t, s1), "--data-dir", agentDir,
