@@ -99,6 +99,17 @@ bench-network:
 bench-metrics:
 	EDGEPLANE_METRICS_FIGURES=1 go test -count=1 -v -timeout 40m -run 'TestMetricsServerFigures$$' ./test/e2e/
 
+# The application add-ons together (docs/ADDONS.md, "at a glance"): a server
+# that is its own node with every add-on on, all four off, and each one off;
+# idle disk writes, CPU and RSS over a 2-minute window (ADDONS_IDLE), and a
+# failure when all-on writes more than 10% above all-off. Runs as root; about
+# 4 min per configuration. ADDONS narrows the list (e.g. ADDONS=all,none).
+ADDONS ?= all,none,local-storage,metrics-server,helm-controller,ingress
+ADDONS_IDLE ?= 2m
+.PHONY: bench-addons
+bench-addons:
+	EDGEPLANE_ADDON_FIGURES=$(ADDONS) EDGEPLANE_ADDON_FIGURES_IDLE=$(ADDONS_IDLE) go test -count=1 -v -timeout 60m -run 'TestAddonFigures$$' ./test/e2e/
+
 .PHONY: bench bench-smoke
 bench:
 	BENCH_COMMAND="make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" ./bench/run.sh $(BENCH_ARGS)
