@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgeplane/edgeplane/internal/pagecache"
 	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
@@ -320,9 +321,9 @@ func (r *runner) coldStart(ctx context.Context, c configuration, rep int) {
 		return
 	}
 	if rep == 1 && !r.o.keepPageCache {
-		cached, err := dropPageCache(c.binaries(r.o.binDir))
+		cached, err := pagecache.Drop(c.binaries(r.o.binDir))
 		if err != nil {
-			res.Err = err.Error()
+			res.Err = err.Error() + " (BENCH_ARGS='-bin DIR' on a disk filesystem, or -keep-page-cache)"
 			return
 		}
 		res.PageCacheDropped = cached

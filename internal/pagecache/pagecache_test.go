@@ -1,4 +1,4 @@
-package main
+package pagecache
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestDropPageCache(t *testing.T) {
+func TestDrop(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "binary")
 	const size = 1 << 20
@@ -28,11 +28,11 @@ func TestDropPageCache(t *testing.T) {
 	if err := unix.Statfs(dir, &fs); err != nil {
 		t.Fatal(err)
 	}
-	dropped, err := dropPageCache([]string{path})
+	dropped, err := Drop([]string{path})
 	if fs.Type == unix.TMPFS_MAGIC {
 		// tmpfs pages are the file: they cannot be dropped, which is an error.
 		if err == nil || !strings.Contains(err.Error(), "still in the page cache") {
-			t.Errorf("tmpfs: dropPageCache = %v, want an error saying the pages stayed", err)
+			t.Errorf("tmpfs: Drop = %v, want an error saying the pages stayed", err)
 		}
 		return
 	}
@@ -40,7 +40,7 @@ func TestDropPageCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	if dropped != size {
-		t.Errorf("dropPageCache reported %d bytes cached, want %d", dropped, size)
+		t.Errorf("Drop reported %d bytes cached, want %d", dropped, size)
 	}
 	after, err := cachedBytes(path)
 	if err != nil {
@@ -49,8 +49,8 @@ func TestDropPageCache(t *testing.T) {
 	if after != 0 {
 		t.Errorf("cached after the drop: %d bytes, want 0", after)
 	}
-	if _, err := dropPageCache([]string{filepath.Join(dir, "missing")}); err == nil {
-		t.Error("dropPageCache of a missing file: no error")
+	if _, err := Drop([]string{filepath.Join(dir, "missing")}); err == nil {
+		t.Error("Drop of a missing file: no error")
 	}
 }
 
@@ -61,13 +61,13 @@ func cachedBytes(path string) (int64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	return residentBytes(f)
+	return Resident(f)
 }
 
-// TestDropPageCacheRefusesPinnedPages: pages a process maps and has touched
+// TestDropRefusesPinnedPages: pages a process maps and has touched
 // stay cached after the drop, and the drop says so instead of reporting a
 // cold start that is not one.
-func TestDropPageCacheRefusesPinnedPages(t *testing.T) {
+func TestDropRefusesPinnedPages(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "binary")
 	const size = 1 << 20
 	if err := os.WriteFile(path, make([]byte, size), 0o644); err != nil {
@@ -87,8 +87,8 @@ func TestDropPageCacheRefusesPinnedPages(t *testing.T) {
 	for i := 0; i < size; i += os.Getpagesize() {
 		sum += data[i] // fault every page in: mapped pages are not dropped
 	}
-	_, err = dropPageCache([]string{path})
+	_, err = Drop([]string{path})
 	if err == nil || !strings.Contains(err.Error(), "still in the page cache") {
-		t.Errorf("dropPageCache of a mapped file = %v (sum %d), want an error saying the pages stayed", err, sum)
+		t.Errorf("Drop of a mapped file = %v (sum %d), want an error saying the pages stayed", err, sum)
 	}
 }

@@ -1,4 +1,7 @@
-package main
+// Package pagecache drops files from the page cache, so that a benchmark's
+// start reads its binaries by page faults, as after a boot, and checks that
+// the drop took.
+package pagecache
 
 import (
 	"fmt"
@@ -19,12 +22,12 @@ import (
 // cold start, as a boot does: the processes then read the file by page
 // faults.
 
-// dropPageCache writes back and drops the cached pages of each file and
+// Drop writes back and drops the cached pages of each file and
 // returns how many bytes of them were cached before. It checks that the drop
 // took: a file whose pages stay (tmpfs, where the pages are the file, or one
 // mapped by a running process) is an error, since the cold starts would then
 // not be cold.
-func dropPageCache(paths []string) (int64, error) {
+func Drop(paths []string) (int64, error) {
 	var cached int64
 	for _, p := range paths {
 		n, err := dropFile(p)
@@ -46,7 +49,7 @@ func dropFile(p string) (int64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	before, err := residentBytes(f)
+	before, err := Resident(f)
 	// Dirty pages (a binary just linked) are not dropped: write them first.
 	if err == nil {
 		err = f.Sync()
@@ -57,7 +60,7 @@ func dropFile(p string) (int64, error) {
 	if err != nil {
 		return before, fmt.Errorf("dropping %s from the page cache: %w", p, err)
 	}
-	after, err := residentBytes(f)
+	after, err := Resident(f)
 	if err != nil {
 		return before, err
 	}
@@ -67,15 +70,15 @@ func dropFile(p string) (int64, error) {
 	}
 	if float64(after) > maxResidentAfterDrop*float64(fi.Size()) {
 		return before, fmt.Errorf("%s: %d of its %d bytes still in the page cache after dropping it (on tmpfs, or mapped by a running process?): "+
-			"the cold start would not be cold; put the binaries on a disk filesystem (BENCH_ARGS='-bin DIR') or pass -keep-page-cache",
+			"the cold start would not be cold; put the binaries on a disk filesystem",
 			p, after, fi.Size())
 	}
 	return before, nil
 }
 
-// residentBytes is how much of the open file f is in the page cache
+// Resident is how much of the open file f is in the page cache
 // (mincore over a read-only mapping of it).
-func residentBytes(f *os.File) (int64, error) {
+func Resident(f *os.File) (int64, error) {
 	path := f.Name()
 	fi, err := f.Stat()
 	if err != nil || fi.Size() == 0 {
