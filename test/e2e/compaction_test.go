@@ -14,8 +14,9 @@ import (
 // TestCompactionExpiresContinueTokens checks upstream's promise about list
 // chunking on both datastores (the conformance spec "should support
 // continue listing from the last key if the original version has been
-// compacted away"): a continue token gets 410 Gone within two compaction
-// intervals, plus up to the 15 s in which upstream's watch cache polls the
+// compacted away"): a continue token followed by a change gets 410 Gone
+// within two compaction intervals, plus up to the 15 s in which upstream's
+// watch cache polls the
 // store's compaction revision (cacher's compactorPollPeriod: a continue
 // list is served from the cache's snapshots, which it drops only then).
 // Then it checks that an idle server's compactions write nothing: once the
@@ -46,6 +47,14 @@ func TestCompactionExpiresContinueTokens(t *testing.T) {
 			}
 			if first.Continue == "" {
 				t.Fatalf("a list of 2 of 4 ConfigMaps has no continue token (%d items)", len(first.Items))
+			}
+			// A change after the token: a token issued at the compactor's
+			// own record on a datastore that then stays idle never expires
+			// (pkg/chain/compaction.go: nothing changed, the list it
+			// continues is still consistent), and a pass landing between
+			// the creates above and the list issues it there.
+			if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-the-token"}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
 			}
 			issued := time.Now()
 
