@@ -1,6 +1,7 @@
 package nodetunnel
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -14,6 +15,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/edgeplane/edgeplane/pkg/certs"
 )
 
 // testPKI is a CA and what the tests sign with it, written under a
@@ -22,7 +25,7 @@ import (
 type testPKI struct {
 	dir    string
 	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
+	caKey  crypto.Signer
 	pool   *x509.CertPool
 	CAFile string
 	serial int64
@@ -106,4 +109,16 @@ func (p *testPKI) sign(t *testing.T, tmpl *x509.Certificate) (tls.Certificate, s
 		t.Fatal(err)
 	}
 	return pair, file
+}
+
+// pkiOf signs with the CA kp of a real PKI (pkg/certs).
+func pkiOf(t *testing.T, kp certs.KeyPair) *testPKI {
+	t.Helper()
+	ca, key, err := certs.LoadKeyPair(kp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &testPKI{dir: t.TempDir(), ca: ca, caKey: key, pool: x509.NewCertPool(), CAFile: kp.Cert, serial: time.Now().UnixNano()}
+	p.pool.AddCert(ca)
+	return p
 }
