@@ -31,7 +31,7 @@ type testPKI struct {
 	serial int64
 }
 
-func newTestPKI(t *testing.T) *testPKI {
+func newTestPKI(t testing.TB) *testPKI {
 	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
@@ -53,7 +53,7 @@ func newTestPKI(t *testing.T) *testPKI {
 	return p
 }
 
-func newKey(t *testing.T) *ecdsa.PrivateKey {
+func newKey(t testing.TB) *ecdsa.PrivateKey {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -63,7 +63,7 @@ func newKey(t *testing.T) *ecdsa.PrivateKey {
 }
 
 // serving is a serving certificate for 127.0.0.1.
-func (p *testPKI) serving(t *testing.T) tls.Certificate {
+func (p *testPKI) serving(t testing.TB) tls.Certificate {
 	t.Helper()
 	c, _ := p.sign(t, &x509.Certificate{
 		Subject: pkix.Name{CommonName: "serving"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
@@ -74,7 +74,7 @@ func (p *testPKI) serving(t *testing.T) tls.Certificate {
 
 // client writes a client certificate for user in groups, and its key, to
 // one file, and returns its path.
-func (p *testPKI) client(t *testing.T, user string, groups ...string) string {
+func (p *testPKI) client(t testing.TB, user string, groups ...string) string {
 	t.Helper()
 	_, file := p.sign(t, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: user, Organization: groups},
@@ -83,7 +83,7 @@ func (p *testPKI) client(t *testing.T, user string, groups ...string) string {
 	return file
 }
 
-func (p *testPKI) sign(t *testing.T, tmpl *x509.Certificate) (tls.Certificate, string) {
+func (p *testPKI) sign(t testing.TB, tmpl *x509.Certificate) (tls.Certificate, string) {
 	t.Helper()
 	p.serial++
 	key := newKey(t)
@@ -112,7 +112,7 @@ func (p *testPKI) sign(t *testing.T, tmpl *x509.Certificate) (tls.Certificate, s
 }
 
 // pkiOf signs with the CA kp of a real PKI (pkg/certs).
-func pkiOf(t *testing.T, kp certs.KeyPair) *testPKI {
+func pkiOf(t testing.TB, kp certs.KeyPair) *testPKI {
 	t.Helper()
 	ca, key, err := certs.LoadKeyPair(kp)
 	if err != nil {

@@ -43,10 +43,14 @@ type testCluster struct {
 
 const directFrom = "127.0.0.2"
 
-func startCluster(t *testing.T, ctx context.Context, nodes ...*corev1.Node) *testCluster {
+func startCluster(t testing.TB, ctx context.Context, nodes ...*corev1.Node) *testCluster {
 	t.Helper()
 	c := &testCluster{pki: newTestPKI(t)}
 	kubelet := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/mib" { // a MiB, for the benchmarks' throughput
+			_, _ = w.Write(make([]byte, 1<<20))
+			return
+		}
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
 		_, _ = io.WriteString(w, host)
 	}))
@@ -105,7 +109,7 @@ func testNode(name, ip string, port int) *corev1.Node {
 }
 
 // startAgent opens a tunnel with the client certificate file certFile.
-func (c *testCluster) startAgent(t *testing.T, ctx context.Context, mode Mode, certFile string) *Agent {
+func (c *testCluster) startAgent(t testing.TB, ctx context.Context, mode Mode, certFile string) *Agent {
 	t.Helper()
 	a, err := NewAgent(AgentOptions{
 		Mode: mode, Servers: func() []string { return []string{c.api.Listener.Addr().String()} },
@@ -123,7 +127,7 @@ func (c *testCluster) startAgent(t *testing.T, ctx context.Context, mode Mode, c
 }
 
 // waitConnected waits until the server has a tunnel of each node named.
-func (c *testCluster) waitConnected(t *testing.T, ctx context.Context, nodes ...string) {
+func (c *testCluster) waitConnected(t testing.TB, ctx context.Context, nodes ...string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		got := c.tunnel.Connected()
