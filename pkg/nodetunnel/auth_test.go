@@ -74,9 +74,7 @@ func TestAgentDialsOnlyItsKubelet(t *testing.T) {
 	c := startCluster(t, ctx)
 	c.startAgent(t, ctx, ModeAlways, c.pki.client(t, "system:node:a", "system:nodes"))
 	c.waitConnected(t, ctx, "a")
-	c.tunnel.mu.Lock()
-	ss := c.tunnel.sessions["a"]
-	c.tunnel.mu.Unlock()
+	ss := c.tunnel.newest("a")
 	port := strconv.Itoa(c.kubeletPort)
 	for _, tc := range []struct {
 		name, addr, wantErr string
@@ -131,14 +129,10 @@ func TestAgentReconnects(t *testing.T) {
 	c.blocked.Store(true)
 	a := c.startAgent(t, ctx, ModeAuto, c.pki.client(t, "system:node:a", "system:nodes"))
 	c.waitConnected(t, ctx, "a")
-	c.tunnel.mu.Lock()
-	first := c.tunnel.sessions["a"]
-	c.tunnel.mu.Unlock()
+	first := c.tunnel.newest("a")
 	_ = first.mux.Close() // the link drops
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		c.tunnel.mu.Lock()
-		defer c.tunnel.mu.Unlock()
-		ss := c.tunnel.sessions["a"]
+		ss := c.tunnel.newest("a")
 		return ss != nil && ss != first, nil
 	}); err != nil {
 		t.Fatal("the agent did not reconnect")
@@ -162,5 +156,44 @@ func TestParseMode(t *testing.T) {
 		if got != want || (want == "") != (err != nil) {
 			t.Errorf("ParseMode(%q) = %q, %v; want %q", in, got, err, want)
 		}
+	}
+}
+
+// TestTwoTunnelsOfOneNode: a node with two tunnels to one server (it knows
+// the server by two addresses) keeps both, and dials take the newest;
+// when that one ends, the other carries them.
+func TestTwoTunnelsOfOneNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := startCluster(t, ctx)
+	c.blocked.Store(true)
+	cert := c.pki.client(t, "system:node:a", "system:nodes")
+	first := c.startAgent(t, ctx, ModeAlways, cert)
+	c.waitConnected(t, ctx, "a")
+	older := c.tunnel.newest("a")
+	second := c.startAgent(t, ctx, ModeAlways, cert)
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return c.tunnel.newest("a") != older && len(second.Connected()) == 1, nil
+	}); err != nil {
+		t.Fatal("the second tunnel never became the newest")
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) {
+		return len(first.Connected()) == 0, nil
+	}); err == nil {
+		t.Fatal("the first tunnel was closed by the second")
+	}
+	if got, err := c.get(ctx); err != nil || got != "127.0.0.1" {
+		t.Fatalf("through the newest tunnel: %q, %v", got, err)
+	}
+	if err := second.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return c.tunnel.newest("a") == older, nil
+	}); err != nil {
+		t.Fatal("the older tunnel does not carry dials once the newer one ended")
+	}
+	if got, err := c.get(ctx); err != nil || got != "127.0.0.1" {
+		t.Fatalf("through the older tunnel: %q, %v", got, err)
 	}
 }

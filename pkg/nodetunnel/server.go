@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,8 +63,12 @@ type ServerOptions struct {
 type Server struct {
 	o ServerOptions
 
-	mu       sync.Mutex
-	sessions map[string]*session // by node name
+	mu sync.Mutex
+	// sessions are each node's tunnels, newest last: a node has one per
+	// address it knows this server by (its --server and the server's
+	// advertised address may differ), and a new one while this end has
+	// not yet noticed the old one's link gone.
+	sessions map[string][]*session
 	nodes    cache.Indexer
 	synced   []cache.InformerSynced
 	cancel   context.CancelFunc
@@ -88,7 +93,7 @@ func NewServer(o ServerOptions) *Server {
 	if len(o.AddressTypes) == 0 {
 		o.AddressTypes = []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP}
 	}
-	return &Server{o: o, sessions: map[string]*session{}, logger: klog.Background().WithName(Name)}
+	return &Server{o: o, sessions: map[string][]*session{}, logger: klog.Background().WithName(Name)}
 }
 
 // Name implements component.Component.
@@ -135,10 +140,12 @@ func (s *Server) Stop(ctx context.Context) error {
 	cancel, done := s.cancel, s.done
 	s.cancel = nil
 	sessions := s.sessions
-	s.sessions = map[string]*session{}
+	s.sessions = map[string][]*session{}
 	s.mu.Unlock()
-	for _, ss := range sessions {
-		_ = ss.mux.Close()
+	for _, list := range sessions {
+		for _, ss := range list {
+			_ = ss.mux.Close()
+		}
 	}
 	if err := component.StopWorker(ctx, cancel, done); err != nil {
 		return err
@@ -248,9 +255,8 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request, authn authe
 	s.add(logger.WithValues("node", name), &session{node: name, mode: mode, mux: mux})
 }
 
-// add registers a node's session, replacing the one it had (a link the
-// node gave up on may not have been noticed dead yet here), and runs it
-// until it ends.
+// add registers a node's session beside the ones it has (dials take the
+// newest), and runs it until it ends.
 func (s *Server) add(logger klog.Logger, ss *session) {
 	s.mu.Lock()
 	if s.cancel == nil && s.nodes != nil { // stopped
@@ -258,13 +264,9 @@ func (s *Server) add(logger klog.Logger, ss *session) {
 		_ = ss.mux.Close()
 		return
 	}
-	old := s.sessions[ss.node]
-	s.sessions[ss.node] = ss
+	s.sessions[ss.node] = append(s.sessions[ss.node], ss)
 	s.wg.Add(1)
 	s.mu.Unlock()
-	if old != nil {
-		_ = old.mux.Close()
-	}
 	logger.Info("Node tunnel connected", "mode", ss.mode)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -275,8 +277,11 @@ func (s *Server) add(logger klog.Logger, ss *session) {
 		}
 		<-ss.mux.CloseChan()
 		s.mu.Lock()
-		if s.sessions[ss.node] == ss {
+		list := slices.DeleteFunc(s.sessions[ss.node], func(o *session) bool { return o == ss })
+		if len(list) == 0 {
 			delete(s.sessions, ss.node)
+		} else {
+			s.sessions[ss.node] = list
 		}
 		s.mu.Unlock()
 		logger.Info("Node tunnel disconnected")
@@ -343,9 +348,20 @@ func (s *Server) route(addr string) *session {
 	if port != strconv.Itoa(kubeletPort(n)) {
 		return nil
 	}
+	return s.newest(n.Name)
+}
+
+// newest is node's newest open session, nil when it has none.
+func (s *Server) newest(node string) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.sessions[n.Name]
+	list := s.sessions[node]
+	for i := len(list) - 1; i >= 0; i-- {
+		if !list[i].mux.IsClosed() {
+			return list[i]
+		}
+	}
+	return nil
 }
 
 // kubeletPort is where n's kubelet listens.
