@@ -197,19 +197,25 @@ func (a *Agent) keep(ctx context.Context, server string, l *link) {
 	defer close(l.done)
 	logger := klog.FromContext(ctx)
 	backoff := minBackoff
+	var lastErr string // the same failure again is logged at V(2) only
 	for ctx.Err() == nil {
 		mux, err := a.connect(ctx, server)
 		if err == nil {
 			logger.Info("Node tunnel connected")
 			a.setConnected(l, true)
-			backoff = minBackoff
+			backoff, lastErr = minBackoff, ""
 			a.serve(ctx, mux)
 			a.setConnected(l, false)
 			if ctx.Err() == nil {
 				logger.Info("Node tunnel lost: reconnecting")
 			}
 		} else if ctx.Err() == nil {
-			logger.Info("Node tunnel: cannot connect", "err", err, "retryIn", backoff)
+			v := 0
+			if err.Error() == lastErr {
+				v = 2
+			}
+			lastErr = err.Error()
+			logger.V(v).Info("Node tunnel: cannot connect", "err", err, "retryIn", backoff)
 		}
 		jitter := time.Duration(rand.Int64N(int64(backoff) / 5))
 		select {

@@ -207,7 +207,9 @@ func (s *Server) Handler(next http.Handler, authn authenticator.Request) http.Ha
 // serveTunnel takes a node's tunnel: only a node's own credentials, for
 // that node only.
 func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request, authn authenticator.Request) {
+	s.mu.Lock()
 	logger := s.logger.WithValues("remote", r.RemoteAddr)
+	s.mu.Unlock()
 	if r.Method != http.MethodGet || !strings.EqualFold(r.Header.Get("Upgrade"), UpgradeToken) {
 		http.Error(w, "node tunnel: want GET with Upgrade: "+UpgradeToken, http.StatusBadRequest)
 		return
