@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,9 +52,11 @@ func TestNodeBehindNAT(t *testing.T) {
 	})
 	t.Run("port-forward", func(t *testing.T) { portForward(t, c.Server, "nat") })
 	t.Run("the server says the tunnel carries it", func(t *testing.T) {
-		const line = "Node's kubelet does not answer direct dials: dialling through its tunnel"
-		if out := c.Server.output.String(); !strings.Contains(out, line) || !strings.Contains(out, `node="`+c.AgentNode+`"`) {
-			t.Fatalf("no %q for node %s in the server's log", line, c.AgentNode)
+		const msg = "Node's kubelet does not answer direct dials: dialling through its tunnel"
+		if !slices.ContainsFunc(strings.Split(c.Server.output.String(), "\n"), func(l string) bool {
+			return strings.Contains(l, msg) && strings.Contains(l, `node="`+c.AgentNode+`"`)
+		}) {
+			t.Fatalf("no %q for node %s in the server's log", msg, c.AgentNode)
 		}
 	})
 
