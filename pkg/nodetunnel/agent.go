@@ -61,7 +61,8 @@ type AgentOptions struct {
 // once, the tunnels connect (and reconnect, with backoff) in the
 // background; Ready does not wait for them, as a node works without.
 type Agent struct {
-	o AgentOptions
+	o      AgentOptions
+	resync time.Duration // how often Servers is asked (resyncServers)
 
 	mu     sync.Mutex
 	links  map[string]*link
@@ -105,7 +106,7 @@ func NewAgent(o AgentOptions) (*Agent, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return &Agent{o: o, links: map[string]*link{}}, nil
+	return &Agent{o: o, resync: resyncServers, links: map[string]*link{}}, nil
 }
 
 // Name implements component.Component.
@@ -159,7 +160,7 @@ func (a *Agent) run(ctx context.Context) {
 		case <-ctx.Done():
 			a.sync(ctx, nil)
 			return
-		case <-time.After(resyncServers):
+		case <-time.After(a.resync):
 		}
 	}
 }

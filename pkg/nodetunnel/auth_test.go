@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -196,4 +198,54 @@ func TestTwoTunnelsOfOneNode(t *testing.T) {
 	if got, err := c.get(ctx); err != nil || got != "127.0.0.1" {
 		t.Fatalf("through the older tunnel: %q, %v", got, err)
 	}
+}
+
+// TestAgentFollowsServers: the agent keeps a tunnel to every server it is
+// given, opens one to a server that appears and closes the one to a server
+// that is gone.
+func TestAgentFollowsServers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := startCluster(t, ctx)
+	second := NewServer(ServerOptions{})
+	secondAPI := c.serve(t, second)
+	t.Cleanup(func() { _ = second.Stop(context.Background()) })
+	first, other := c.api.Listener.Addr().String(), secondAPI.Listener.Addr().String()
+	var servers atomic.Pointer[[]string]
+	servers.Store(&[]string{first})
+	a, err := NewAgent(AgentOptions{
+		Mode: ModeAuto, Servers: func() []string { return *servers.Load() },
+		CAFile: c.pki.CAFile, CertFile: c.pki.client(t, "system:node:a", "system:nodes"), KubeletPort: c.kubeletPort,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.resync = 50 * time.Millisecond
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
+	for _, step := range []struct {
+		servers           []string
+		onFirst, onSecond bool
+	}{
+		{[]string{first}, true, false},
+		{[]string{first, other}, true, true},
+		{[]string{other}, false, true},
+	} {
+		servers.Store(&step.servers)
+		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return slices.Equal(a.Connected(), sorted(step.servers)) &&
+				(len(c.tunnel.Connected()) == 1) == step.onFirst && (len(second.Connected()) == 1) == step.onSecond, nil
+		}); err != nil {
+			t.Fatalf("servers %v: the agent is connected to %v; first server's tunnels %v, second's %v",
+				step.servers, a.Connected(), c.tunnel.Connected(), second.Connected())
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
 }

@@ -88,14 +88,20 @@ func startCluster(t testing.TB, ctx context.Context, nodes ...*corev1.Node) *tes
 	if err := c.tunnel.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}
+	c.api = c.serve(t, c.tunnel)
+	return c
+}
+
+// serve is an API port of the cluster's PKI that takes tunnels for s.
+func (c *testCluster) serve(t testing.TB, s *Server) *httptest.Server {
 	opts := x509.DefaultVerifyOptions()
 	opts.Roots = c.pki.pool
 	authn := x509.New(opts, x509.CommonNameUserConversion)
-	c.api = httptest.NewUnstartedServer(c.tunnel.Handler(http.NotFoundHandler(), authn))
-	c.api.TLS = &tls.Config{Certificates: []tls.Certificate{c.pki.serving(t)}, ClientAuth: tls.RequestClientCert}
-	c.api.StartTLS()
-	t.Cleanup(c.api.Close)
-	return c
+	api := httptest.NewUnstartedServer(s.Handler(http.NotFoundHandler(), authn))
+	api.TLS = &tls.Config{Certificates: []tls.Certificate{c.pki.serving(t)}, ClientAuth: tls.RequestClientCert}
+	api.StartTLS()
+	t.Cleanup(api.Close)
+	return api
 }
 
 func testNode(name, ip string, port int) *corev1.Node {
