@@ -51,6 +51,20 @@ func TestNodeBehindNAT(t *testing.T) {
 		}
 	})
 	t.Run("port-forward", func(t *testing.T) { portForward(t, c.Server, "nat") })
+	t.Run("metrics: kubectl top node", func(t *testing.T) {
+		eventually(t, 2*time.Minute, "kubectl top node "+c.AgentNode, func(context.Context) (bool, error) {
+			out, err := topTable("kubectl", "--kubeconfig", c.Server.kubeconfig, "top", "node", c.AgentNode)
+			if err != nil {
+				return false, err
+			}
+			rows, err := topRows(out)
+			if err != nil {
+				return false, err
+			}
+			r, ok := rows[c.AgentNode]
+			return ok && !r[1].IsZero(), fmt.Errorf("no figures for %s in:\n%s", c.AgentNode, out)
+		})
+	})
 	t.Run("the server says the tunnel carries it", func(t *testing.T) {
 		const msg = "Node's kubelet does not answer direct dials: dialling through its tunnel"
 		if !slices.ContainsFunc(strings.Split(c.Server.output.String(), "\n"), func(l string) bool {
