@@ -13,8 +13,9 @@ import (
 // TestNodeBehindNAT: an agent whose namespace drops every new connection
 // from the server (as NAT or a firewall between them would; the agent
 // still reaches the server) is Ready, and `kubectl logs`, `exec` and
-// `port-forward` of its pod work, through the tunnel the agent opens to
-// the server (pkg/nodetunnel, --node-tunnel=auto, the default). The
+// `port-forward` of its pod work, and `kubectl top node` has its figures
+// (the metrics scrape), through the tunnel the agent opens to the server
+// (pkg/nodetunnel, --node-tunnel=auto, the default). The
 // controls: the server's namespace cannot open a connection to the
 // agent's kubelet, and the same agent restarted with --node-tunnel=off
 // serves neither logs nor exec.
