@@ -112,6 +112,15 @@ ADDONS_IDLE ?= 2m
 bench-addons:
 	EDGEPLANE_ADDON_FIGURES=$(ADDONS) EDGEPLANE_ADDON_FIGURES_IDLE=$(ADDONS_IDLE) go test -count=1 -v -timeout 60m -run 'TestAddonFigures$$' ./test/e2e/
 
+# Node tunnel figures (docs/NODES.md, "Edge links"): kubectl exec, logs and a
+# port-forward request to a pod on an agent, direct and through the tunnel, and
+# the agent's RSS with and without it (a two-node cluster, about 5 min), then
+# the tunnel's own cost on loopback. Runs as root.
+.PHONY: bench-tunnel
+bench-tunnel:
+	EDGEPLANE_TUNNEL_FIGURES=1 go test -count=1 -v -timeout 30m -run 'TestNodeTunnelFigures$$' ./test/e2e/
+	go test -count=3 -run '^$$' -bench . -benchtime 2s ./pkg/nodetunnel/
+
 .PHONY: bench bench-smoke
 bench:
 	BENCH_COMMAND="make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" ./bench/run.sh $(BENCH_ARGS)

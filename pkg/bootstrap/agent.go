@@ -22,6 +22,7 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
 	"github.com/edgeplane/edgeplane/pkg/node"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
+	"github.com/edgeplane/edgeplane/pkg/nodetunnel"
 	"github.com/edgeplane/edgeplane/pkg/sdnotify"
 )
 
@@ -34,12 +35,15 @@ type AgentOptions struct {
 	Disable    []string
 	// LBServerPort is the node-local API endpoint's port on 127.0.0.1.
 	LBServerPort int
-	Node         node.Options
+	// NodeTunnel is when the servers dial the node's kubelet through a
+	// tunnel the agent opens (pkg/nodetunnel): auto, always or off.
+	NodeTunnel string
+	Node       node.Options
 }
 
 // NewAgentOptions returns the defaults.
 func NewAgentOptions() *AgentOptions {
-	return &AgentOptions{DataDir: defaultDataDir(), LBServerPort: apiendpoint.DefaultPort, Node: node.NewOptions()}
+	return &AgentOptions{DataDir: defaultDataDir(), LBServerPort: apiendpoint.DefaultPort, NodeTunnel: string(nodetunnel.ModeAuto), Node: node.NewOptions()}
 }
 
 // AddFlags binds the options to fs.
@@ -50,6 +54,7 @@ func (o *AgentOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CACertHash, "ca-cert-hash", o.CACertHash, "With a bare <id>.<secret> token (kubeadm's form): the cluster CA's pin, sha256:<hex>, as kubeadm's --discovery-token-ca-cert-hash.")
 	fs.StringSliceVar(&o.Disable, "disable", o.Disable, "Components not to run, comma-separated (repeatable): "+strings.Join(disableable(true), ", ")+".")
 	fs.IntVar(&o.LBServerPort, "lb-server-port", o.LBServerPort, "Port on 127.0.0.1 of the node-local API endpoint through which the node's parts reach every server (as k3s's agent load balancer).")
+	fs.StringVar(&o.NodeTunnel, "node-tunnel", o.NodeTunnel, "When the servers reach this node's kubelet (logs, exec, attach, port-forward, metrics) through a connection the agent opens to each server: auto (when they cannot dial it directly), always, or off (docs/NODES.md, \"Edge links\").")
 	o.Node.AddFlags(fs)
 }
 
@@ -61,6 +66,7 @@ type agentCompleted struct {
 	Disabled map[string]bool
 	// LBServerPort is the node-local API endpoint's port.
 	LBServerPort int
+	NodeTunnel   nodetunnel.Mode
 	Node         node.Settings
 	problems     []error
 }
@@ -106,6 +112,11 @@ func (o *AgentOptions) Complete() (CompletedAgentOptions, error) {
 		bad(fmt.Errorf("--lb-server-port %d: want a port, 1-65535 (default %d)", o.LBServerPort, apiendpoint.DefaultPort))
 	}
 	c.LBServerPort = o.LBServerPort
+	if m, err := nodetunnel.ParseMode(o.NodeTunnel); err != nil {
+		bad(fmt.Errorf("--node-tunnel: %w", err))
+	} else {
+		c.NodeTunnel = m
+	}
 	var disableErrs []error
 	c.Disabled, disableErrs = parseDisable(true, o.Disable)
 	c.problems = append(c.problems, disableErrs...)
@@ -185,6 +196,7 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 		Credentials:     &node.TokenJoin{Server: o.Server, Token: o.Token, PrepareDir: prepare},
 		Disabled:        o.Disabled,
 		APIEndpointPort: o.LBServerPort,
+		Tunnel:          o.NodeTunnel,
 	})
 	if err != nil {
 		return err

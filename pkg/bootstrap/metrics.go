@@ -23,6 +23,7 @@ func (s *server) newMetrics(o CompletedOptions) error {
 		KubeletClientCertFile: s.pki.APIServerKubeletClient.Cert,
 		KubeletClientKeyFile:  s.pki.APIServerKubeletClient.Key,
 		AddressTypes:          chain.KubeletAddressTypes,
+		Dial:                  s.tunnel.DialContext,
 	})
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/chain"
 	"github.com/edgeplane/edgeplane/pkg/datastore"
+	"github.com/edgeplane/edgeplane/pkg/nodetunnel"
 	"github.com/edgeplane/edgeplane/pkg/resourcemetrics"
 	"github.com/edgeplane/edgeplane/pkg/wear"
 )
@@ -73,6 +74,8 @@ type server struct {
 	nodeIPs []net.IP
 	// metrics is the resource metrics API, nil when disabled (metrics.go).
 	metrics *resourcemetrics.Server
+	// tunnel is the server's end of node tunnels (nodetunnel.go).
+	tunnel *nodetunnel.Server
 }
 
 // start runs every start-up phase. One deferred cleanup undoes a failed
@@ -146,6 +149,9 @@ func start(ctx context.Context, o CompletedOptions) (_ *server, rerr error) {
 		return nil, err
 	}
 	s.checks = componentChecks(o)
+	if err := s.newNodeTunnel(); err != nil {
+		return nil, err
+	}
 	if err := s.newMetrics(o); err != nil {
 		return nil, err
 	}
@@ -186,6 +192,7 @@ func (s *server) startAfterChain(ctx context.Context, o CompletedOptions, port i
 	defer func() { cancelJoin(); _ = waitJoin() }() // a failed step returns only after it
 	for _, step := range []func() error{
 		func() error { return s.startControllers(ctx, o) },
+		func() error { return s.startNodeTunnel(ctx) },
 		func() error { return s.startDay2(ctx, o, port, storage) },
 		func() error { return s.clearServiceEndpoint(ctx, o) },
 		waitJoin,
@@ -253,6 +260,7 @@ func (s *server) chainConfig(o CompletedOptions, listener net.Listener, day2 cha
 		Tuning:             o.Profile.Chain,
 		Files:              chainFiles(s.pki),
 		APIs:               s.apis(),
+		Cluster:            s.clusterNetwork(),
 		Storage: chain.Storage{
 			Endpoints: storage.Endpoints,
 			CAFile:    storage.CAFile,

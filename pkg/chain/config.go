@@ -84,6 +84,10 @@ type Config struct {
 	// APIs are API groups of edgeplane's own that the kube-apiserver serves
 	// beside its built-in ones (optional), such as metrics.k8s.io.
 	APIs []APIInstaller
+	// Cluster, when set, is how the API server reaches the cluster network
+	// and takes connections of its own on the API port (optional): node
+	// tunnels (clusternet.go).
+	Cluster ClusterNetwork
 }
 
 // validate reports every missing input at once.

@@ -29,8 +29,9 @@ const defaultInformerResync = 12 * time.Hour
 //     one reason for the copy);
 //   - after the generic config is built, before the three servers' configs
 //     copy it: storage on shared datastore clients (storageclient.go) and the
-//     client certificate cache around the authenticator.
-func newConfig(opts options.CompletedOptions, resync, compaction time.Duration, inProcess datastore.InProcessClient) (*app.Config, error) {
+//     client certificate cache around the authenticator, and the cluster
+//     network's dialer and handler (clusternet.go).
+func newConfig(opts options.CompletedOptions, resync, compaction time.Duration, inProcess datastore.InProcessClient, cluster ClusterNetwork) (*app.Config, error) {
 	clientCert := opts.Authentication.ClientCert
 	clientCA, err := clientCert.GetClientCAContentProvider()
 	if err != nil {
@@ -44,6 +45,7 @@ func newConfig(opts options.CompletedOptions, resync, compaction time.Duration, 
 		if clientCA != nil && c.Authentication.Authenticator != nil {
 			c.Authentication.Authenticator = newClientCertCache(c.Authentication.Authenticator, clientCA.VerifyOptions, usernameHeaders)
 		}
+		cluster.apply(c)
 	})
 	if err != nil {
 		return nil, err

@@ -173,7 +173,7 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 		return nil, nil, fmt.Errorf("chain: invalid options: %w", utilerrors.NewAggregate(errs))
 	}
 	steps.done("options")
-	config, err := newConfig(completed, c.InformerResync, c.CompactionInterval, c.Storage.InProcess)
+	config, err := newConfig(completed, c.InformerResync, c.CompactionInterval, c.Storage.InProcess, c.Cluster)
 	if err != nil {
 		return nil, nil, fmt.Errorf("chain: build config: %w", err)
 	}

@@ -40,6 +40,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/internal/kubeclient"
+	"github.com/edgeplane/edgeplane/pkg/apiendpoint"
 	"github.com/edgeplane/edgeplane/pkg/certs"
 	"github.com/edgeplane/edgeplane/pkg/containerd"
 	"github.com/edgeplane/edgeplane/pkg/criruntime"
@@ -47,6 +48,7 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/localstorage"
 	"github.com/edgeplane/edgeplane/pkg/netpol"
 	"github.com/edgeplane/edgeplane/pkg/nodeconfig"
+	"github.com/edgeplane/edgeplane/pkg/nodetunnel"
 )
 
 // Config is one node.
@@ -75,6 +77,9 @@ type Config struct {
 	// APIEndpointPort is an agent's node-local API endpoint's port on
 	// 127.0.0.1 (0: apiendpoint.DefaultPort).
 	APIEndpointPort int
+	// Tunnel is an agent's node tunnel mode (pkg/nodetunnel; "" or off:
+	// none).
+	Tunnel nodetunnel.Mode
 }
 
 // Cluster is what a node takes from the cluster.
@@ -207,6 +212,7 @@ const partStopTimeout = 30 * time.Second
 func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Component, error) {
 	s, p := n.cfg.Settings, n.paths
 	var parts []component.Component
+	var endpoint *apiendpoint.Endpoint
 	if !n.cfg.InServer && !n.cfg.Disabled[PartAPIEndpoint] {
 		// An agent's parts reach the API through the node-local
 		// endpoint, which follows every server.
@@ -214,7 +220,12 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 		if err != nil {
 			return nil, err
 		}
-		parts, p = append(parts, e), local
+		parts, p, endpoint = append(parts, e), local, e
+	}
+	if tunnel, err := n.tunnel(endpoint); err != nil {
+		return nil, err
+	} else if tunnel != nil {
+		parts = append(parts, tunnel)
 	}
 	k, err := kubelet.New(n.cfg.KubeletOptions(p, cluster))
 	if err != nil {

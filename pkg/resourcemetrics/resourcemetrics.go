@@ -29,6 +29,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"sync"
 	"time"
@@ -68,6 +69,9 @@ type Options struct {
 	AddressTypes []corev1.NodeAddressType
 	// Resolution is how often kubelets are read (default DefaultResolution).
 	Resolution time.Duration
+	// Dial dials kubelets (optional; default: directly): the API server's
+	// dialer of the cluster network, which knows node tunnels.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Server is the part: the API's storage, the scraper, and their lifecycle.

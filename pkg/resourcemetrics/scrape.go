@@ -34,13 +34,17 @@ type scraper struct {
 }
 
 func newScraper(o Options, timeout time.Duration) (*scraper, error) {
-	rt, err := transport.New(&transport.Config{TLS: transport.TLSConfig{
+	tc := &transport.Config{TLS: transport.TLSConfig{
 		CAFile:         o.KubeletCAFile,
 		CertFile:       o.KubeletClientCertFile,
 		KeyFile:        o.KubeletClientKeyFile,
 		ReloadTLSFiles: true,
 		ReloadCAFiles:  true,
-	}})
+	}}
+	if o.Dial != nil {
+		tc.DialHolder = &transport.DialHolder{Dial: o.Dial}
+	}
+	rt, err := transport.New(tc)
 	if err != nil {
 		return nil, fmt.Errorf("metrics-server: kubelet client: %w", err)
 	}

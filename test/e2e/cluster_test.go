@@ -64,6 +64,9 @@ type twoNodeOptions struct {
 	// nodes' --registries-file; nil: none (not the host's
 	// /etc/edgeplane/registries.yaml).
 	RegistriesFile func(t *testing.T, hostIP string) string
+	// BeforeAgent is called once the server is ready, before the agent
+	// starts (a firewall rule between the two, say).
+	BeforeAgent func(t *testing.T, c *twoNodeCluster)
 }
 
 // kubeletArgs are a node's kubelet flags of opts (ns: the node's network
@@ -304,6 +307,9 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 	}, agentRuntime...)
 	c.agentArgs = append(c.agentArgs, agentKubelet...)
 	c.agentArgs = append(c.agentArgs, opts.AgentArgs...)
+	if opts.BeforeAgent != nil {
+		opts.BeforeAgent(t, c)
+	}
 	c.Agent = startAgentCmd(t, nsenterBinCmd(opts.Bin, c.AgentNS, c.agentArgs...))
 	c.Server.mustKeepRunning(t)
 

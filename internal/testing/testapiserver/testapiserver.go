@@ -39,6 +39,9 @@ type Options struct {
 	// APIs makes API groups of edgeplane's own for the chain to serve
 	// (chain.Config.APIs), once the PKI exists.
 	APIs func(pki *certs.PKI) ([]chain.APIInstaller, error)
+	// Cluster makes the chain's cluster network (chain.Config.Cluster),
+	// once the PKI exists.
+	Cluster func(pki *certs.PKI) chain.ClusterNetwork
 }
 
 // Start brings up certificates, SQLite and the API server chain, and
@@ -77,6 +80,9 @@ func StartWith(t *testing.T, ctx context.Context, o Options) *Server {
 			_ = l.Close()
 			t.Fatal(err)
 		}
+	}
+	if o.Cluster != nil {
+		cfg.Cluster = o.Cluster(pki)
 	}
 	startChain(t, ctx, cfg)
 	return &Server{PKI: pki, Kubeconfig: pki.AdminKubeconfig, Dir: dir}

@@ -60,6 +60,9 @@ var ByDesign = map[string]string{
 	// Figures of docs/ADDONS.md's summary table, not a check of behaviour.
 	"addon-figures": "measures the idle disk writes, RSS and CPU of a server node with the application add-ons on and off (docs/ADDONS.md): " +
 		"about 4 minutes per configuration; runs with EDGEPLANE_ADDON_FIGURES set to a list of configurations (e.g. all,none), under the e2e lock",
+	// Figures of docs/NODES.md, "Edge links" (TestNodeBehindNAT checks the behaviour).
+	"tunnel-figures": "measures kubectl exec, logs and port-forward times and the agent's RSS with the node tunnel and without (docs/NODES.md, \"Edge links\"): " +
+		"a two-node cluster, about 4 minutes; runs with EDGEPLANE_TUNNEL_FIGURES=1 (make bench-tunnel), under the e2e lock",
 }
 
 // CI reports whether the tests run in CI, where a missing precondition is a
