@@ -59,14 +59,8 @@ func watchPods(ctx context.Context, cs kubernetes.Interface) (*podTimes, error) 
 			p.running[pod.UID] = now.Sub(first)
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }}); err != nil {
+	if err := watchAll(ctx, inf, see, "pods"); err != nil {
 		return nil, err
-	}
-	go inf.RunWithContext(ctx)
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if !cache.WaitForCacheSync(sctx.Done(), inf.HasSynced) {
-		return nil, fmt.Errorf("watching pods: not listed within a minute")
 	}
 	return p, nil
 }
@@ -113,16 +107,25 @@ func watchNotReady(ctx context.Context, cs kubernetes.Interface) (*notReadyWatch
 		}
 		w.ready[n.Name] = ready
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }}); err != nil {
+	if err := watchAll(ctx, inf, see, "Nodes"); err != nil {
 		return nil, err
+	}
+	return w, nil
+}
+
+// watchAll calls see with every object inf lists and every update it
+// watches, and returns once inf has listed (within a minute) or with ctx.
+func watchAll(ctx context.Context, inf cache.SharedIndexInformer, see func(any), what string) error {
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }}); err != nil {
+		return err
 	}
 	go inf.RunWithContext(ctx)
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if !cache.WaitForCacheSync(sctx.Done(), inf.HasSynced) {
-		return nil, fmt.Errorf("watching Nodes: not listed within a minute")
+		return fmt.Errorf("watching %s: not listed within a minute", what)
 	}
-	return w, nil
+	return nil
 }
 
 func (w *notReadyWatch) count() int {
