@@ -121,6 +121,23 @@ func ValidateArgs(extra []string) []error {
 	return applyExtraArgs(s, extra)
 }
 
+// APIPort is the port of the kubelet's API that the --kubelet-arg values
+// extra leave it on, parsed as the kubelet parses them: a port=N among
+// them, else DefaultPort. A value the kubelet would refuse counts as not
+// given (ValidateArgs reports it).
+func APIPort(extra []string) int {
+	s, err := kubeletoptions.NewKubeletServer()
+	if err != nil {
+		return DefaultPort
+	}
+	s.KubeletConfiguration.Port = DefaultPort
+	_ = applyExtraArgs(s, extra)
+	if p := int(s.KubeletConfiguration.Port); p > 0 && p < 65536 {
+		return p
+	}
+	return DefaultPort
+}
+
 // applyExtraArgs parses --kubelet-arg values with upstream's flag set bound
 // to s, so they override what edgeplane set.
 func applyExtraArgs(s *kubeletoptions.KubeletServer, extra []string) []error {

@@ -1,9 +1,6 @@
 package node
 
 import (
-	"strconv"
-	"strings"
-
 	"github.com/edgeplane/edgeplane/pkg/apiendpoint"
 	"github.com/edgeplane/edgeplane/pkg/kubelet"
 	"github.com/edgeplane/edgeplane/pkg/nodetunnel"
@@ -36,20 +33,6 @@ func (n *Node) tunnel(endpoint *apiendpoint.Endpoint) (*nodetunnel.Agent, error)
 		Servers:     servers,
 		CAFile:      n.paths.ServerCA,
 		CertFile:    certFile,
-		KubeletPort: kubeletAPIPort(n.cfg.Settings.KubeletArgs),
+		KubeletPort: kubelet.APIPort(n.cfg.Settings.KubeletArgs),
 	})
-}
-
-// kubeletAPIPort is the port of the kubelet's API: a --kubelet-arg port=N,
-// else the kubelet's default.
-func kubeletAPIPort(args []string) int {
-	port := kubelet.DefaultPort
-	for _, a := range args {
-		if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "port="); ok {
-			if p, err := strconv.Atoi(v); err == nil && p > 0 && p < 65536 {
-				port = p
-			}
-		}
-	}
-	return port
 }

@@ -1,9 +1,9 @@
-package node
+package kubelet
 
 import "testing"
 
 // TestKubeletAPIPort: the port the node tunnel lets the servers dial is the
-// kubelet's, moved by --kubelet-arg port=N.
+// kubelet's, moved by --kubelet-arg port=N (pkg/node's tunnel).
 func TestKubeletAPIPort(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -17,8 +17,8 @@ func TestKubeletAPIPort(t *testing.T) {
 		{name: "not a port", args: []string{"port=x"}, want: 10250},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := kubeletAPIPort(tc.args); got != tc.want {
-				t.Errorf("kubeletAPIPort(%v) = %d, want %d", tc.args, got, tc.want)
+			if got := APIPort(tc.args); got != tc.want {
+				t.Errorf("APIPort(%v) = %d, want %d", tc.args, got, tc.want)
 			}
 		})
 	}
