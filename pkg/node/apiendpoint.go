@@ -59,9 +59,15 @@ func kubeconfigServer(path string) (server, certFile string, err error) {
 	if err != nil || u.Scheme != "https" || u.Hostname() == "" {
 		return "", "", fmt.Errorf("node API endpoint: %s: server %q is not an https URL", path, raw)
 	}
+	return hostPort(u), cfg.AuthInfos[cur.AuthInfo].ClientCertificate, nil
+}
+
+// hostPort is the host:port an https URL names (port 443 when it names
+// none).
+func hostPort(u *url.URL) string {
 	port := u.Port()
 	if port == "" {
 		port = "443"
 	}
-	return net.JoinHostPort(u.Hostname(), port), cfg.AuthInfos[cur.AuthInfo].ClientCertificate, nil
+	return net.JoinHostPort(u.Hostname(), port)
 }

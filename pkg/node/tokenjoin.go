@@ -225,16 +225,20 @@ func savedServerClients(ctx context.Context, p Paths, first string) ([]kubernete
 		klog.FromContext(ctx).Info("Ignoring the API servers kept on disk, using --server only", "err", err.Error())
 		return nil, nil
 	}
+	if len(saved) == 0 {
+		return nil, nil
+	}
+	base, err := kubeclient.Config(p.Kubeconfig, partJoin, kubeclient.Burst)
+	if err != nil {
+		return nil, err
+	}
 	var clients []kubernetes.Interface
 	for _, addr := range saved {
 		server := "https://" + addr
 		if sameServer(server, first) {
 			continue
 		}
-		cfg, err := kubeclient.Config(p.Kubeconfig, partJoin, kubeclient.Burst)
-		if err != nil {
-			return nil, err
-		}
+		cfg := rest.CopyConfig(base)
 		cfg.Host = server
 		client, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
@@ -252,14 +256,7 @@ func sameServer(a, b string) bool {
 	if errA != nil || errB != nil {
 		return a == b
 	}
-	pa, pb := ua.Port(), ub.Port()
-	if pa == "" {
-		pa = "443"
-	}
-	if pb == "" {
-		pb = "443"
-	}
-	return ua.Hostname() == ub.Hostname() && pa == pb
+	return hostPort(ua) == hostPort(ub)
 }
 
 // writeKubeconfig writes the node's kubeconfig: server, the CA file, and
