@@ -3,6 +3,7 @@ package node
 import (
 	"path/filepath"
 
+	"github.com/edgeplane/edgeplane/pkg/apicache"
 	"github.com/edgeplane/edgeplane/pkg/apiendpoint"
 	"github.com/edgeplane/edgeplane/pkg/containerd"
 	"github.com/edgeplane/edgeplane/pkg/nodeidentity"
@@ -29,6 +30,9 @@ type Paths struct {
 	// APIServers are the API servers the endpoint learned, for its next
 	// start.
 	APIServers string
+	// APICache is the node's API cache's directory (pkg/apicache): what
+	// the parts read, Secrets and tokens among it (0700, its files 0600).
+	APICache string
 	// IdentityKey is the node's identity key (pkg/nodeidentity), and
 	// IdentityBound records that the server bound the node's name to it.
 	IdentityKey   string
@@ -72,6 +76,7 @@ func PathsIn(dir string) Paths {
 		Kubeconfig:      filepath.Join(dir, "kubelet.kubeconfig"),
 		LocalKubeconfig: filepath.Join(dir, "local-api.kubeconfig"),
 		APIServers:      filepath.Join(dir, apiendpoint.StateFileName),
+		APICache:        filepath.Join(dir, apicache.DirName),
 		IdentityKey:     nodeidentity.KeyPath(dir),
 		IdentityBound:   filepath.Join(dir, "node-identity.bound"),
 		RootDir:         filepath.Join(dir, "kubelet"),
