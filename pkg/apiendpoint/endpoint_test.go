@@ -25,8 +25,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/edgeplane/edgeplane/internal/testing/testapiserver"
-	"github.com/edgeplane/edgeplane/internal/testing/testlink"
 	"github.com/edgeplane/edgeplane/internal/testing/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testlink"
 	"github.com/edgeplane/edgeplane/pkg/certs"
 )
 
