@@ -279,10 +279,9 @@ func badRequest(w http.ResponseWriter, msg string) {
 }
 
 func status(w http.ResponseWriter, code int, reason, msg string) {
+	// No Retry-After: client-go would retry at once, ten times, where
+	// the node's parts have their own backoff.
 	w.Header().Set("Content-Type", "application/json")
-	if code == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
-	}
 	w.WriteHeader(code)
 	b, _ := json.Marshal(map[string]any{
 		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
