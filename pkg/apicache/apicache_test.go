@@ -173,7 +173,7 @@ func (f *fixture) objects(t *testing.T, ctx context.Context) *corev1.Pod {
 func tokenRequest(pod *corev1.Pod) *authenticationv1.TokenRequest {
 	return &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		ExpirationSeconds: ptr.To[int64](3607),
-		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
 	}}
 }
 

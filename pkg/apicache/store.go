@@ -204,10 +204,15 @@ func (s *store) putList(logger klog.Logger, key, apiVersion, kind, rv string, it
 	l := &list{apiVersion: apiVersion, kind: kind, rv: rv, members: map[string]bool{}}
 	for _, it := range items {
 		if !s.putObjectLocked(logger, it.key, it.raw) {
+			// Not kept whole: not kept at all.
 			if old != nil {
-				s.lists[key] = old
 				s.dropListLocked(key)
 			}
+			keys := make([]string, 0, len(items))
+			for _, it := range items {
+				keys = append(keys, it.key)
+			}
+			s.collectLocked(keys...)
 			return
 		}
 		l.members[it.key] = true
