@@ -291,11 +291,18 @@ func TestOffline(t *testing.T) {
 	if _, err := f.admin.CoreV1().Pods("default").Patch(ctx, pod.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"changed":"during-partition"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The watch held offline ends once a server answers: the informer
+	// sees the change within a few seconds (left to itself, client-go ends
+	// a held watch list only after 10 s).
 	f.link.Heal()
+	healed := time.Now()
 	eventually(t, ctx, "the node's pod informer to see the server's change after the link healed", func() bool {
 		o, ok, _ := pods.GetStore().GetByKey("default/" + pod.Name)
 		return ok && o.(*corev1.Pod).Labels["changed"] == "during-partition"
 	})
+	if took := time.Since(healed); took > 5*time.Second {
+		t.Fatalf("the node's pod informer saw the server's change %v after the link healed: the watch held offline was not ended", took)
+	}
 	if _, err := again.CoreV1().Events("default").Create(ctx, &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Name: "back"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, Namespace: "default"},
