@@ -302,6 +302,17 @@ func TestOffline(t *testing.T) {
 	if took := time.Since(healed); took > 5*time.Second {
 		t.Fatalf("the node's pod informer saw the server's change %v after the link healed: the watch held offline was not ended", took)
 	}
+	// A watch resuming from the resourceVersion the cache gave the pod
+	// offline would miss the server's events below it: refused, the
+	// client lists again.
+	if w, err := again.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(), ResourceVersion: patched.ResourceVersion,
+	}); !apierrors.IsGone(err) && !apierrors.IsResourceExpired(err) {
+		if w != nil {
+			w.Stop()
+		}
+		t.Fatalf("a watch from the cache's own resourceVersion %s once a server answers: %v, want 410", patched.ResourceVersion, err)
+	}
 	if _, err := again.CoreV1().Events("default").Create(ctx, &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Name: "back"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, Namespace: "default"},
