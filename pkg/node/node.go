@@ -96,6 +96,9 @@ type Cluster struct {
 	// RenewServing renews the files above when they are due (the kubelet
 	// reloads them); nil with no files.
 	RenewServing func(context.Context) error
+	// Offline: no API server answered when the node started, and the
+	// settings are the ones it kept on disk (Paths.ClusterSettings).
+	Offline bool
 }
 
 // Node is a running node: a component (Start, Ready, Stop) and an Ender.
