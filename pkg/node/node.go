@@ -113,6 +113,7 @@ type Node struct {
 	stopWait context.CancelFunc
 	waited   chan struct{}
 	began    time.Time
+	offline  bool
 }
 
 var (
@@ -163,7 +164,7 @@ func (n *Node) Start(ctx context.Context) error {
 	watchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	waited := make(chan struct{})
 	n.mu.Lock()
-	n.parts, n.stopWait, n.waited = parts, cancel, waited
+	n.parts, n.stopWait, n.waited, n.offline = parts, cancel, waited, cluster.Offline
 	n.mu.Unlock()
 	go func() {
 		defer close(waited)
@@ -285,6 +286,38 @@ func (n *Node) Ready(ctx context.Context) error {
 		}
 	}
 	return n.waitNodeReady(ctx)
+}
+
+// Offline reports whether the node started from the cluster settings it
+// kept on disk because no API server answered (Cluster.Offline); known
+// once Start returned.
+func (n *Node) Offline() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.offline
+}
+
+// LocalReady waits until the parts up to the kubelet are ready (the
+// kubelet answers its health check), or a part ends, or ctx ends: what a
+// node that started offline can reach before a server answers. The parts
+// after it (the pod network, kube-proxy, NetworkPolicy, local storage)
+// and the Node's Ready condition wait for the API; Ready waits for them.
+func (n *Node) LocalReady(ctx context.Context) error {
+	n.mu.Lock()
+	parts := n.parts
+	n.mu.Unlock()
+	if parts == nil {
+		return errors.New("node: not started")
+	}
+	for _, p := range parts {
+		if err := n.readyOrEnded(ctx, p); err != nil {
+			return fmt.Errorf("%s: %w", p.Name(), err)
+		}
+		if p.Name() == PartKubelet {
+			return nil
+		}
+	}
+	return nil
 }
 
 // readyOrEnded is p.Ready, cut short when any part of the node ends.
