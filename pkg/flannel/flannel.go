@@ -27,6 +27,7 @@ import (
 
 	"github.com/flannel-io/flannel/pkg/backend"
 	"github.com/flannel-io/flannel/pkg/ipmatch"
+	"github.com/flannel-io/flannel/pkg/lease"
 	"github.com/flannel-io/flannel/pkg/subnet"
 	"github.com/flannel-io/flannel/pkg/subnet/kube"
 	"github.com/flannel-io/flannel/pkg/trafficmngr"
@@ -302,7 +303,7 @@ func (f *Flannel) up(ctx context.Context) error {
 	// marks the Node's network available and returns.
 	backendDone := make(chan struct{})
 	f.wg.Go(func() { defer close(backendDone); bn.Run(ctx) })
-	if err := sm.CompleteLease(ctx, lease, &f.wg); err != nil && ctx.Err() == nil {
+	if err := completeLease(ctx, sm, lease, &f.wg); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("flannel: lease: %w", err)
 	}
 	<-backendDone
@@ -310,6 +311,25 @@ func (f *Flannel) up(ctx context.Context) error {
 		return fmt.Errorf("flannel: the %s backend stopped", f.cfg.Backend)
 	}
 	return nil
+}
+
+// completeLease is the subnet manager's CompleteLease, which marks the
+// Node's network available (a patch of the Node's status, at every start),
+// retried while the API cannot take it: a node that started with no API
+// server answering, or whose node-local API endpoint answers writes with
+// 503, keeps its network up and marks it once a server takes the patch.
+// Only a refusal is an error (which ends flannel, as before).
+func completeLease(ctx context.Context, sm subnet.Manager, l *lease.Lease, wg *sync.WaitGroup) error {
+	logger := klog.FromContext(ctx)
+	logged := false
+	return kubeclient.Retry(ctx, "flannel: marking the node's network available", 0, func(ctx context.Context) error {
+		err := sm.CompleteLease(ctx, l, wg)
+		if err != nil && !logged && kubeclient.Transient(err) {
+			logged = true
+			logger.Info("The API does not take the Node's network condition yet: retrying; the network carries traffic meanwhile", "err", err.Error())
+		}
+		return err
+	})
 }
 
 // nodeNameMu guards NODE_NAME: flannel v0.28's kube subnet manager reads the
