@@ -248,10 +248,13 @@ func (f *Flannel) up(ctx context.Context) error {
 	if _, err := cni.WaitForPodCIDRs(ctx, client, f.cfg.Node); err != nil {
 		return err
 	}
-	sm, err := newSubnetManager(ctx, f.cfg.Kubeconfig, f.cfg.Node, f.netConfPath())
+	sm, stopSM, err := untilSynced(ctx, func(ctx context.Context) (subnet.Manager, error) {
+		return newSubnetManager(ctx, f.cfg.Kubeconfig, f.cfg.Node, f.netConfPath())
+	})
 	if err != nil {
 		return err
 	}
+	defer stopSM()
 	config, err := sm.GetNetworkConfig(ctx)
 	if err != nil {
 		return fmt.Errorf("flannel: network configuration: %w", err)
@@ -330,6 +333,27 @@ func completeLease(ctx context.Context, sm subnet.Manager, l *lease.Lease, wg *s
 		}
 		return err
 	})
+}
+
+// untilSynced makes a subnet manager with newSM, again each time its Node
+// informer does not sync within flannel's own wait (10 minutes): an API
+// that answers the node's own Node but not the list of all Nodes for that
+// long (a node started while no server answers) is waited for, not an end
+// of flannel and the node. Each failed manager's informer is stopped; the
+// returned stop stops the one that synced. Any other error ends at once.
+func untilSynced(ctx context.Context, newSM func(context.Context) (subnet.Manager, error)) (subnet.Manager, context.CancelFunc, error) {
+	for {
+		smCtx, cancel := context.WithCancel(ctx)
+		sm, err := newSM(smCtx)
+		if err == nil {
+			return sm, cancel, nil
+		}
+		cancel()
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return nil, nil, err
+		}
+		klog.FromContext(ctx).Info("The Nodes did not sync from the API: waiting for it again", "err", err.Error())
+	}
 }
 
 // nodeNameMu guards NODE_NAME: flannel v0.28's kube subnet manager reads the

@@ -3,6 +3,7 @@ package flannel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"syscall"
@@ -67,4 +68,67 @@ func TestCompleteLeaseWaitsForTheAPI(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUntilSynced: a subnet manager whose Nodes do not sync in flannel's
+// wait is made again (its informer stopped) instead of ending flannel; any
+// other error ends at once.
+func TestUntilSynced(t *testing.T) {
+	timedOut := fmt.Errorf("error waiting for nodeController to sync state: %w", context.DeadlineExceeded)
+	for _, tc := range []struct {
+		name    string
+		errs    []error
+		wantErr bool
+		calls   int
+	}{
+		{"synced at once", nil, false, 1},
+		{"synced at the third wait", []error{timedOut, timedOut}, false, 3},
+		{"net-conf.json unreadable", []error{errors.New("failed to read net conf")}, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			var ctxs []context.Context
+			errs := tc.errs
+			sm, stop, err := untilSynced(ctx, func(ctx context.Context) (subnet.Manager, error) {
+				ctxs = append(ctxs, ctx)
+				if len(errs) > 0 {
+					err := errs[0]
+					errs = errs[1:]
+					return nil, err
+				}
+				return &leaseManager{}, nil
+			})
+			if (err != nil) != tc.wantErr || len(ctxs) != tc.calls {
+				t.Fatalf("untilSynced: %v after %d calls, want error %v after %d", err, len(ctxs), tc.wantErr, tc.calls)
+			}
+			for i, c := range ctxs {
+				last := i == len(ctxs)-1 && !tc.wantErr
+				if stopped := c.Err() != nil; stopped == last {
+					t.Errorf("attempt %d's informer stopped: %v, want %v", i+1, stopped, !last)
+				}
+			}
+			if err == nil {
+				if sm == nil {
+					t.Fatal("no subnet manager")
+				}
+				stop()
+				if ctxs[len(ctxs)-1].Err() == nil {
+					t.Error("stop did not stop the synced manager's informer")
+				}
+			}
+		})
+	}
+	t.Run("flannel stopping", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		ctx, cancel := context.WithCancel(ctx)
+		calls := 0
+		_, _, err := untilSynced(ctx, func(context.Context) (subnet.Manager, error) {
+			calls++
+			cancel()
+			return nil, fmt.Errorf("error waiting for nodeController to sync state: %w", context.DeadlineExceeded)
+		})
+		if err == nil || calls != 1 {
+			t.Errorf("untilSynced while stopping: %v after %d calls, want the error after 1", err, calls)
+		}
+	})
 }
