@@ -217,7 +217,7 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 	s, p := n.cfg.Settings, n.paths
 	var parts []component.Component
 	var endpoint *apiendpoint.Endpoint
-	if !n.cfg.InServer && !n.cfg.Disabled[PartAPIEndpoint] {
+	if n.viaEndpoint() {
 		// An agent's parts reach the API through the node-local
 		// endpoint, which follows every server.
 		e, local, err := apiEndpoint(p, n.cfg.APIEndpointPort)
@@ -338,10 +338,20 @@ func (n *Node) readyOrEnded(ctx context.Context, p component.Component) error {
 	return err
 }
 
+// viaEndpoint tells whether the node's parts reach the API through the
+// node-local endpoint: an agent's do, unless it is off.
+func (n *Node) viaEndpoint() bool { return !n.cfg.InServer && !n.cfg.Disabled[PartAPIEndpoint] }
+
 // waitNodeReady polls the Node's Ready condition with the node's own
-// credentials.
+// credentials, as its parts reach the API: through the node-local
+// endpoint when there is one, so that a --server that is gone while other
+// servers answer does not hold the node's readiness back for good.
 func (n *Node) waitNodeReady(ctx context.Context) error {
-	client, err := kubeclient.New(n.paths.Kubeconfig, "node", kubeclient.Steady)
+	kubeconfig := n.paths.Kubeconfig
+	if n.viaEndpoint() {
+		kubeconfig = n.paths.LocalKubeconfig
+	}
+	client, err := kubeclient.New(kubeconfig, "node", kubeclient.Steady)
 	if err != nil {
 		return err
 	}
