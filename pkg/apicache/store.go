@@ -480,4 +480,3 @@ func (s *store) listKeys(resource string) []string {
 	slices.Sort(out)
 	return out
 }
-
