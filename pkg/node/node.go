@@ -227,10 +227,13 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 		if err != nil {
 			return nil, err
 		}
-		parts, p, endpoint = append(parts, e), local, e
+		// The cache first: it writes the CA its kubeconfig names, which
+		// the endpoint's own watch reads; its requests wait until the
+		// endpoint has checked the servers.
 		if cache != nil {
 			parts = append(parts, cache)
 		}
+		parts, p, endpoint = append(parts, e), local, e
 	}
 	if tunnel, err := n.tunnel(endpoint); err != nil {
 		return nil, err
