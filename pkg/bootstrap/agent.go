@@ -212,10 +212,7 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 		return err
 	}
 	ready := background.NewTask("node-ready", func(taskCtx context.Context) {
-		if err := n.Ready(taskCtx); err == nil {
-			logger.Info(fmt.Sprintf("edgeplane agent ready in %.1f s: node %s is Ready", time.Since(n.Began()).Seconds(), o.Node.Name))
-			notify(ctx, sdnotify.Ready+"\nSTATUS=node "+o.Node.Name+" is Ready")
-		}
+		reportReady(taskCtx, n, o.Node.Name, func(state string) { notify(ctx, state) })
 	})
 	if err := mgr.StartBackground(ctx, ready); err != nil {
 		return err
@@ -227,4 +224,36 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 	logger.Info("Shutting down the agent")
 	notifyStopping(ctx)
 	return nil
+}
+
+// readyNode is what reportReady needs of a node (node.Node).
+type readyNode interface {
+	Offline() bool
+	LocalReady(ctx context.Context) error
+	Ready(ctx context.Context) error
+	Began() time.Time
+}
+
+var _ readyNode = (*node.Node)(nil)
+
+// reportReady logs and sends (to systemd, Type=notify) READY=1 once the
+// node is Ready. A node that started offline (no API server answered:
+// node.Cluster.Offline) is not Ready before one answers, and systemd would
+// end it at its start timeout and start it again, over and over, while its
+// pods wait for a kubelet: it sends READY=1 once its kubelet runs, with a
+// STATUS that says the node waits for a server, and the STATUS again once
+// the node is Ready.
+func reportReady(ctx context.Context, n readyNode, name string, send func(state string)) {
+	logger := klog.FromContext(ctx)
+	if n.Offline() {
+		if err := n.LocalReady(ctx); err != nil {
+			return
+		}
+		logger.Info(fmt.Sprintf("edgeplane agent running in %.1f s: node %s runs its kubelet, and is Ready once an API server answers", time.Since(n.Began()).Seconds(), name))
+		send(sdnotify.Ready + "\nSTATUS=node " + name + " runs its kubelet; waiting for an API server")
+	}
+	if err := n.Ready(ctx); err == nil {
+		logger.Info(fmt.Sprintf("edgeplane agent ready in %.1f s: node %s is Ready", time.Since(n.Began()).Seconds(), name))
+		send(sdnotify.Ready + "\nSTATUS=node " + name + " is Ready")
+	}
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/flannel-io/flannel/pkg/backend"
 	"github.com/flannel-io/flannel/pkg/ipmatch"
+	"github.com/flannel-io/flannel/pkg/lease"
 	"github.com/flannel-io/flannel/pkg/subnet"
 	"github.com/flannel-io/flannel/pkg/subnet/kube"
 	"github.com/flannel-io/flannel/pkg/trafficmngr"
@@ -247,10 +248,13 @@ func (f *Flannel) up(ctx context.Context) error {
 	if _, err := cni.WaitForPodCIDRs(ctx, client, f.cfg.Node); err != nil {
 		return err
 	}
-	sm, err := newSubnetManager(ctx, f.cfg.Kubeconfig, f.cfg.Node, f.netConfPath())
+	sm, stopSM, err := untilSynced(ctx, func(ctx context.Context) (subnet.Manager, error) {
+		return newSubnetManager(ctx, f.cfg.Kubeconfig, f.cfg.Node, f.netConfPath())
+	})
 	if err != nil {
 		return err
 	}
+	defer stopSM()
 	config, err := sm.GetNetworkConfig(ctx)
 	if err != nil {
 		return fmt.Errorf("flannel: network configuration: %w", err)
@@ -302,7 +306,7 @@ func (f *Flannel) up(ctx context.Context) error {
 	// marks the Node's network available and returns.
 	backendDone := make(chan struct{})
 	f.wg.Go(func() { defer close(backendDone); bn.Run(ctx) })
-	if err := sm.CompleteLease(ctx, lease, &f.wg); err != nil && ctx.Err() == nil {
+	if err := completeLease(ctx, sm, lease, &f.wg); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("flannel: lease: %w", err)
 	}
 	<-backendDone
@@ -310,6 +314,46 @@ func (f *Flannel) up(ctx context.Context) error {
 		return fmt.Errorf("flannel: the %s backend stopped", f.cfg.Backend)
 	}
 	return nil
+}
+
+// completeLease is the subnet manager's CompleteLease, which marks the
+// Node's network available (a patch of the Node's status, at every start),
+// retried while the API cannot take it: a node that started with no API
+// server answering, or whose node-local API endpoint answers writes with
+// 503, keeps its network up and marks it once a server takes the patch.
+// Only a refusal is an error (which ends flannel, as before).
+func completeLease(ctx context.Context, sm subnet.Manager, l *lease.Lease, wg *sync.WaitGroup) error {
+	logger := klog.FromContext(ctx)
+	logged := false
+	return kubeclient.Retry(ctx, "flannel: marking the node's network available", 0, func(ctx context.Context) error {
+		err := sm.CompleteLease(ctx, l, wg)
+		if err != nil && !logged && kubeclient.Transient(err) {
+			logged = true
+			logger.Info("The API does not take the Node's network condition yet: retrying; the network carries traffic meanwhile", "err", err.Error())
+		}
+		return err
+	})
+}
+
+// untilSynced makes a subnet manager with newSM, again each time its Node
+// informer does not sync within flannel's own wait (10 minutes): an API
+// that answers the node's own Node but not the list of all Nodes for that
+// long (a node started while no server answers) is waited for, not an end
+// of flannel and the node. Each failed manager's informer is stopped; the
+// returned stop stops the one that synced. Any other error ends at once.
+func untilSynced(ctx context.Context, newSM func(context.Context) (subnet.Manager, error)) (subnet.Manager, context.CancelFunc, error) {
+	for {
+		smCtx, cancel := context.WithCancel(ctx)
+		sm, err := newSM(smCtx)
+		if err == nil {
+			return sm, cancel, nil
+		}
+		cancel()
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return nil, nil, err
+		}
+		klog.FromContext(ctx).Info("The Nodes did not sync from the API: waiting for it again", "err", err.Error())
+	}
 }
 
 // nodeNameMu guards NODE_NAME: flannel v0.28's kube subnet manager reads the

@@ -96,6 +96,9 @@ type Cluster struct {
 	// RenewServing renews the files above when they are due (the kubelet
 	// reloads them); nil with no files.
 	RenewServing func(context.Context) error
+	// Offline: no API server answered when the node started, and the
+	// settings are the ones it kept on disk (Paths.ClusterSettings).
+	Offline bool
 }
 
 // Node is a running node: a component (Start, Ready, Stop) and an Ender.
@@ -110,6 +113,7 @@ type Node struct {
 	stopWait context.CancelFunc
 	waited   chan struct{}
 	began    time.Time
+	offline  bool
 }
 
 var (
@@ -160,7 +164,7 @@ func (n *Node) Start(ctx context.Context) error {
 	watchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	waited := make(chan struct{})
 	n.mu.Lock()
-	n.parts, n.stopWait, n.waited = parts, cancel, waited
+	n.parts, n.stopWait, n.waited, n.offline = parts, cancel, waited, cluster.Offline
 	n.mu.Unlock()
 	go func() {
 		defer close(waited)
@@ -213,7 +217,7 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 	s, p := n.cfg.Settings, n.paths
 	var parts []component.Component
 	var endpoint *apiendpoint.Endpoint
-	if !n.cfg.InServer && !n.cfg.Disabled[PartAPIEndpoint] {
+	if n.viaEndpoint() {
 		// An agent's parts reach the API through the node-local
 		// endpoint, which follows every server.
 		e, local, err := apiEndpoint(p, n.cfg.APIEndpointPort)
@@ -284,6 +288,38 @@ func (n *Node) Ready(ctx context.Context) error {
 	return n.waitNodeReady(ctx)
 }
 
+// Offline reports whether the node started from the cluster settings it
+// kept on disk because no API server answered (Cluster.Offline); known
+// once Start returned.
+func (n *Node) Offline() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.offline
+}
+
+// LocalReady waits until the parts up to the kubelet are ready (the
+// kubelet answers its health check), or a part ends, or ctx ends: what a
+// node that started offline can reach before a server answers. The parts
+// after it (the pod network, kube-proxy, NetworkPolicy, local storage)
+// and the Node's Ready condition wait for the API; Ready waits for them.
+func (n *Node) LocalReady(ctx context.Context) error {
+	n.mu.Lock()
+	parts := n.parts
+	n.mu.Unlock()
+	if parts == nil {
+		return errors.New("node: not started")
+	}
+	for _, p := range parts {
+		if err := n.readyOrEnded(ctx, p); err != nil {
+			return fmt.Errorf("%s: %w", p.Name(), err)
+		}
+		if p.Name() == PartKubelet {
+			return nil
+		}
+	}
+	return nil
+}
+
 // readyOrEnded is p.Ready, cut short when any part of the node ends.
 func (n *Node) readyOrEnded(ctx context.Context, p component.Component) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -302,10 +338,20 @@ func (n *Node) readyOrEnded(ctx context.Context, p component.Component) error {
 	return err
 }
 
+// viaEndpoint tells whether the node's parts reach the API through the
+// node-local endpoint: an agent's do, unless it is off.
+func (n *Node) viaEndpoint() bool { return !n.cfg.InServer && !n.cfg.Disabled[PartAPIEndpoint] }
+
 // waitNodeReady polls the Node's Ready condition with the node's own
-// credentials.
+// credentials, as its parts reach the API: through the node-local
+// endpoint when there is one, so that a --server that is gone while other
+// servers answer does not hold the node's readiness back for good.
 func (n *Node) waitNodeReady(ctx context.Context) error {
-	client, err := kubeclient.New(n.paths.Kubeconfig, "node", kubeclient.Steady)
+	kubeconfig := n.paths.Kubeconfig
+	if n.viaEndpoint() {
+		kubeconfig = n.paths.LocalKubeconfig
+	}
+	client, err := kubeclient.New(kubeconfig, "node", kubeclient.Steady)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,10 @@ import (
 // server grants only to the node that first joined under that name. An
 // unreachable server is retried with backoff, logged once a window; a CA
 // that does not match, a token the server does not know, or a refused
-// certificate end the join with an error saying what to do.
+// certificate end the join with an error saying what to do. Each read of
+// the cluster's settings is kept on disk; a node that holds a current
+// certificate and finds no server answering starts from those
+// (clusterOrKept).
 type TokenJoin struct {
 	// Server is the URL of a server, https://host:port.
 	Server string
@@ -77,14 +80,21 @@ func (j *TokenJoin) Ensure(ctx context.Context, node string, p Paths) (Cluster, 
 		if err != nil {
 			return Cluster{}, err
 		}
-		enroll(ctx, client, node, p, j.Server)
 		// --server may be down while other servers answer: the servers
-		// the node's API endpoint learned are tried too.
+		// the node's API endpoint learned are tried too; with none
+		// answering, the settings kept at an earlier start serve.
 		clients, err := savedServerClients(ctx, p, j.Server)
 		if err != nil {
 			return Cluster{}, err
 		}
-		return fetchCluster(ctx, append([]kubernetes.Interface{client}, clients...), p)
+		cluster, err := clusterOrKept(ctx, append([]kubernetes.Interface{client}, clients...), p)
+		if err != nil {
+			return Cluster{}, err
+		}
+		if !cluster.Offline {
+			enroll(ctx, client, node, p, j.Server)
+		}
+		return cluster, nil
 	}
 	if state == credExpired {
 		logger.Info("The node's client certificate has expired: joining again with the node token", "kubeconfig", p.Kubeconfig)
@@ -179,8 +189,8 @@ func (j *TokenJoin) bootstrapClient(caFile string) (kubernetes.Interface, error)
 }
 
 // fetchCluster reads the cluster's settings for nodes with the node's own
-// credentials and writes the client CA the kubelet authenticates the API
-// server with. A server that is still starting is waited for; a refusal
+// credentials, keeps them on disk (Paths.ClusterSettings), and writes the
+// client CA the kubelet authenticates the API server with. A server that is still starting is waited for; a refusal
 // (the node's certificate is not accepted) ends it at once. With several
 // clients (one per server), each retry asks the next.
 func fetchCluster(ctx context.Context, clients []kubernetes.Interface, p Paths) (Cluster, error) {
@@ -201,14 +211,7 @@ func fetchCluster(ctx context.Context, clients []kubernetes.Interface, p Paths) 
 	if err != nil {
 		return Cluster{}, err
 	}
-	network, err := NetworkOf(nc)
-	if err != nil {
-		return Cluster{}, err
-	}
-	if err := writeFile(p.ClientCA, nc.ClientCA, 0o644); err != nil {
-		return Cluster{}, err
-	}
-	return Cluster{Config: nc, ClientCAFile: p.ClientCA, Network: network}, nil
+	return keepCluster(ctx, nc, p)
 }
 
 // fetchAttemptTimeout bounds one server's answer when there are others to

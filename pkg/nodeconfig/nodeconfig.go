@@ -87,22 +87,7 @@ type Config struct {
 func Publish(ctx context.Context, client kubernetes.Interface, c Config) error {
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: Name, Namespace: Namespace, Labels: managedBy},
-		Data: map[string]string{
-			keyClientCA:      string(c.ClientCA),
-			keyClusterDomain: c.ClusterDomain,
-			keyClusterDNS:    joinIPs(c.ClusterDNS),
-			keyClusterCIDR:   c.ClusterCIDR,
-			keyFlannel:       c.FlannelBackend,
-			keyKubeProxy:     c.KubeProxyMode,
-			keyPrivileged:    strconv.FormatBool(c.AllowPrivileged),
-			keyLocalStorage:  c.LocalStoragePath,
-		},
-	}
-	if c.NodeLeaseDuration > 0 {
-		cm.Data[keyLease] = strconv.Itoa(int(c.NodeLeaseDuration / time.Second))
-	}
-	if len(c.KubeletServingCA) > 0 {
-		cm.Data[keyKubeletCA] = string(c.KubeletServingCA)
+		Data:       c.Data(),
 	}
 	role := &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: roleName, Namespace: Namespace, Labels: managedBy},
@@ -128,6 +113,27 @@ func Publish(ctx context.Context, client kubernetes.Interface, c Config) error {
 		return fmt.Errorf("nodeconfig: role binding: %w", err)
 	}
 	return nil
+}
+
+// Data is c as the ConfigMap's data: what Publish writes and Parse reads.
+func (c Config) Data() map[string]string {
+	data := map[string]string{
+		keyClientCA:      string(c.ClientCA),
+		keyClusterDomain: c.ClusterDomain,
+		keyClusterDNS:    joinIPs(c.ClusterDNS),
+		keyClusterCIDR:   c.ClusterCIDR,
+		keyFlannel:       c.FlannelBackend,
+		keyKubeProxy:     c.KubeProxyMode,
+		keyPrivileged:    strconv.FormatBool(c.AllowPrivileged),
+		keyLocalStorage:  c.LocalStoragePath,
+	}
+	if c.NodeLeaseDuration > 0 {
+		data[keyLease] = strconv.Itoa(int(c.NodeLeaseDuration / time.Second))
+	}
+	if len(c.KubeletServingCA) > 0 {
+		data[keyKubeletCA] = string(c.KubeletServingCA)
+	}
+	return data
 }
 
 var managedBy = map[string]string{"app.kubernetes.io/managed-by": "edgeplane"}
@@ -162,19 +168,26 @@ func Fetch(ctx context.Context, client kubernetes.Interface) (Config, error) {
 	if err != nil {
 		return Config{}, wrap(err)
 	}
+	return Parse(cm.Data)
+}
+
+// Parse reads the cluster's settings for nodes from the ConfigMap's data
+// (or a copy of it a node kept). Keys it does not know are a newer
+// server's, and ignored.
+func Parse(data map[string]string) (Config, error) {
 	c := Config{
-		ClientCA:         []byte(cm.Data[keyClientCA]),
-		KubeletServingCA: []byte(cm.Data[keyKubeletCA]),
-		ClusterDomain:    cm.Data[keyClusterDomain],
-		ClusterCIDR:      cm.Data[keyClusterCIDR],
-		FlannelBackend:   cm.Data[keyFlannel],
-		KubeProxyMode:    cm.Data[keyKubeProxy],
-		LocalStoragePath: cm.Data[keyLocalStorage],
+		ClientCA:         []byte(data[keyClientCA]),
+		KubeletServingCA: []byte(data[keyKubeletCA]),
+		ClusterDomain:    data[keyClusterDomain],
+		ClusterCIDR:      data[keyClusterCIDR],
+		FlannelBackend:   data[keyFlannel],
+		KubeProxyMode:    data[keyKubeProxy],
+		LocalStoragePath: data[keyLocalStorage],
 	}
 	if len(c.ClientCA) == 0 {
 		return Config{}, errors.New("nodeconfig: the server published no client CA: upgrade the server")
 	}
-	if s := cm.Data[keyPrivileged]; s != "" {
+	if s := data[keyPrivileged]; s != "" {
 		allow, err := strconv.ParseBool(s)
 		if err != nil {
 			return Config{}, fmt.Errorf("nodeconfig: %s/%s key %s: %q is not true or false", Namespace, Name, keyPrivileged, s)
@@ -184,14 +197,14 @@ func Fetch(ctx context.Context, client kubernetes.Interface) (Config, error) {
 	if p := c.LocalStoragePath; p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
 		return Config{}, fmt.Errorf("nodeconfig: %s/%s key %s: %q is not a clean absolute path", Namespace, Name, keyLocalStorage, p)
 	}
-	if s := cm.Data[keyLease]; s != "" {
+	if s := data[keyLease]; s != "" {
 		secs, err := strconv.Atoi(s)
 		if err != nil || secs <= 0 {
 			return Config{}, fmt.Errorf("nodeconfig: node lease duration %q is not a number of seconds", s)
 		}
 		c.NodeLeaseDuration = time.Duration(secs) * time.Second
 	}
-	for _, s := range strings.Split(cm.Data[keyClusterDNS], ",") {
+	for _, s := range strings.Split(data[keyClusterDNS], ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
 		}
