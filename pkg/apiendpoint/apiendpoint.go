@@ -47,6 +47,9 @@ const DefaultPort = 6444
 type Config struct {
 	// Listen is the local address, host:port; "" is 127.0.0.1:DefaultPort.
 	Listen string
+	// DialOnly: no listener; an in-process client (pkg/apicache, which
+	// listens on Listen itself) connects through DialContext.
+	DialOnly bool
 	// Server is the first server to contact, host:port (the join's
 	// --server): it is used until the Service's endpoints are known and
 	// stays a last resort when it is not one of them.
@@ -175,6 +178,19 @@ func New(cfg Config) (*Endpoint, error) {
 	return e, nil
 }
 
+// Listen listens on addr (host:port) for the node's parts, with an error
+// that says what to do when another process holds the port.
+func Listen(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("node API endpoint: %s is taken by another process: stop it, or give the endpoint another port (--lb-server-port): %w", addr, err)
+		}
+		return nil, fmt.Errorf("node API endpoint: listening on %s: %w", addr, err)
+	}
+	return l, nil
+}
+
 // Name is the component's name.
 func (e *Endpoint) Name() string { return "api-endpoint" }
 
@@ -190,26 +206,30 @@ func (e *Endpoint) Address() string {
 // those kept on disk.
 func (e *Endpoint) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("api-endpoint")
-	l, err := net.Listen("tcp", e.cfg.Listen)
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("node API endpoint: %s is taken by another process: stop it, or give the endpoint another port: %w", e.cfg.Listen, err)
+	var l net.Listener
+	if !e.cfg.DialOnly {
+		var err error
+		if l, err = Listen(e.cfg.Listen); err != nil {
+			return err
 		}
-		return fmt.Errorf("node API endpoint: listening on %s: %w", e.cfg.Listen, err)
+		e.listener = l
 	}
-	e.listener = l
 	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
 	e.cancel = cancel
 	e.mu.Lock()
 	e.setServersLocked(runCtx, e.load(logger))
 	e.unsettled = len(e.servers)
 	e.mu.Unlock()
-	logger.Info("Serving the API locally", "address", l.Addr().String(), "servers", e.Servers())
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		e.serve(runCtx, l)
-	}()
+	if l != nil {
+		logger.Info("Serving the API locally", "address", l.Addr().String(), "servers", e.Servers())
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.serve(runCtx, l)
+		}()
+	} else {
+		logger.Info("Following the API servers", "servers", e.Servers())
+	}
 	if e.watch != nil {
 		e.wg.Add(1)
 		go func() {
@@ -233,7 +253,9 @@ func (e *Endpoint) Stop(ctx context.Context) error {
 		return nil
 	}
 	e.cancel()
-	_ = e.listener.Close()
+	if e.listener != nil {
+		_ = e.listener.Close()
+	}
 	e.mu.Lock()
 	for _, s := range e.servers {
 		s.stop()

@@ -26,6 +26,7 @@ import (
 
 	"github.com/edgeplane/edgeplane/internal/testing/testapiserver"
 	"github.com/edgeplane/edgeplane/internal/testing/testenv"
+	"github.com/edgeplane/edgeplane/internal/testing/testlink"
 	"github.com/edgeplane/edgeplane/pkg/certs"
 )
 
@@ -215,7 +216,7 @@ func TestEndpoint(t *testing.T) {
 	t.Run("footprint", func(t *testing.T) { footprint(t, c, 50) })
 
 	t.Run("fails over, open watches included", func(t *testing.T) {
-		links := []*link{newLink(t, c.Members[0].Addr), newLink(t, c.Members[1].Addr)}
+		links := []*testlink.Link{testlink.New(t, c.Members[0].Addr), testlink.New(t, c.Members[1].Addr)}
 		stateFile := filepath.Join(t.TempDir(), StateFileName)
 		data, _ := json.Marshal(state{Servers: []string{links[0].Addr()}})
 		if err := os.WriteFile(stateFile, data, 0o600); err != nil {
@@ -246,7 +247,7 @@ func TestEndpoint(t *testing.T) {
 		}
 		t.Logf("endpoint goroutines with one client: %d (before start: %d)", endpointGoroutines(t), before)
 		memberOf := map[string]int{links[0].Addr(): 0, links[1].Addr(): 1}
-		linkOf := map[string]*link{links[0].Addr(): links[0], links[1].Addr(): links[1]}
+		linkOf := map[string]*testlink.Link{links[0].Addr(): links[0], links[1].Addr(): links[1]}
 
 		// failover waits until the watch through the endpoint sees a
 		// ConfigMap created on member other after the loss of the current

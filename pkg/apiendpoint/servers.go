@@ -2,6 +2,7 @@ package apiendpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -237,36 +238,48 @@ func (e *Endpoint) serve(ctx context.Context, l net.Listener) {
 	}
 }
 
+// dial connects to the best server (candidates), marking down one whose
+// dial fails, and registers the connection with it: a server marked down
+// closes it. done unregisters it.
+func (e *Endpoint) dial(ctx context.Context) (up net.Conn, s *server, err error) {
+	logger := klog.FromContext(ctx)
+	err = errNoServer
+	for _, cand := range e.candidates() {
+		d := net.Dialer{Timeout: e.cfg.DialTimeout}
+		c, derr := d.DialContext(ctx, "tcp", cand.addr)
+		if derr != nil {
+			if ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
+			e.mu.Lock()
+			if e.servers[cand.addr] == cand && cand.healthy {
+				e.markDownLocked(logger, cand, derr)
+			}
+			e.mu.Unlock()
+			err = derr
+			continue
+		}
+		return c, cand, nil
+	}
+	return nil, nil, err
+}
+
+// errNoServer is a dial's error when no server is known.
+var errNoServer = errors.New("node API endpoint: no API server known")
+
 // proxy connects c to a server and copies both ways until either ends.
 func (e *Endpoint) proxy(ctx context.Context, c net.Conn) {
 	logger := klog.FromContext(ctx)
-	var p *pair
-	var s *server
-	for _, cand := range e.candidates() {
-		up, err := net.DialTimeout("tcp", cand.addr, e.cfg.DialTimeout)
-		if err != nil {
-			e.mu.Lock()
-			if e.servers[cand.addr] == cand && cand.healthy {
-				e.markDownLocked(logger, cand, err)
-			}
-			e.mu.Unlock()
-			continue
-		}
-		p, s = &pair{client: c, upstream: up}, cand
-		break
-	}
-	if p == nil {
-		logger.V(2).Info("No API server reachable, connection refused", "client", c.RemoteAddr().String())
+	up, s, err := e.dial(ctx)
+	if err != nil {
+		logger.V(2).Info("No API server reachable, connection refused", "client", c.RemoteAddr().String(), "err", err.Error())
 		_ = c.Close()
 		return
 	}
-	s.mu.Lock()
-	s.conns[p] = struct{}{}
-	s.mu.Unlock()
+	p := &pair{client: c, upstream: up}
+	s.track(p)
 	defer func() {
-		s.mu.Lock()
-		delete(s.conns, p)
-		s.mu.Unlock()
+		s.untrack(p)
 		p.close()
 	}()
 	if ctx.Err() != nil { // stopped before the pair was registered
@@ -282,4 +295,17 @@ func (e *Endpoint) proxy(ctx context.Context, c net.Conn) {
 	_, _ = io.Copy(p.upstream, p.client)
 	p.close()
 	<-done
+}
+
+// track registers p with s: s marked down or removed closes it.
+func (s *server) track(p *pair) {
+	s.mu.Lock()
+	s.conns[p] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *server) untrack(p *pair) {
+	s.mu.Lock()
+	delete(s.conns, p)
+	s.mu.Unlock()
 }

@@ -23,6 +23,7 @@ var disableParts = []struct {
 	{node.PartKubeProxy, true, false},
 	{node.PartNetworkPolicy, true, true},
 	{node.PartAPIEndpoint, false, true},
+	{node.PartAPICache, false, true},
 	{componentCoreDNS, true, false},
 	{componentServiceLB, true, false},
 	{componentHelmController, true, false},

@@ -8,39 +8,61 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/edgeplane/edgeplane/pkg/apicache"
 	"github.com/edgeplane/edgeplane/pkg/apiendpoint"
 )
 
-// PartAPIEndpoint is the node-local API endpoint's --disable name.
-const PartAPIEndpoint = "api-endpoint"
+// PartAPIEndpoint is the node-local API endpoint's --disable name, and
+// PartAPICache its cache's (pkg/apicache): off, the endpoint passes TLS
+// through and keeps nothing.
+const (
+	PartAPIEndpoint = "api-endpoint"
+	PartAPICache    = "api-cache"
+)
 
 // apiEndpoint is an agent's node-local API endpoint on 127.0.0.1:port (0:
 // apiendpoint.DefaultPort), first contact the server of the node's
 // kubeconfig (its --server), and the paths the other parts use: their
-// kubeconfig (p.LocalKubeconfig) points at the endpoint. The servers'
-// serving certificates cover 127.0.0.1 (pkg/certs), so TLS passes through
-// unchanged.
-func apiEndpoint(p Paths, port int) (*apiendpoint.Endpoint, Paths, error) {
+// kubeconfig (p.LocalKubeconfig) points at the endpoint. With the cache
+// (cache true), the cache listens there and terminates TLS with a
+// certificate of its own CA (the kubeconfig names that CA) and the
+// endpoint only dials for it; without, the servers' serving certificates
+// cover 127.0.0.1 (pkg/certs) and TLS passes through unchanged.
+func apiEndpoint(node string, p Paths, port int, cache bool) (*apiendpoint.Endpoint, *apicache.Cache, Paths, error) {
 	if port == 0 {
 		port = apiendpoint.DefaultPort
 	}
 	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	server, certFile, err := kubeconfigServer(p.Kubeconfig)
 	if err != nil {
-		return nil, p, err
+		return nil, nil, p, err
 	}
 	local := p
 	local.Kubeconfig = p.LocalKubeconfig
-	if err := writeKubeconfig(local, "https://"+listen, p.ServerCA, certFile); err != nil {
-		return nil, p, err
+	caFile := p.ServerCA
+	if cache {
+		caFile = apicache.LocalCAFile(p.APICache)
+	}
+	if err := writeKubeconfig(local, "https://"+listen, caFile, certFile); err != nil {
+		return nil, nil, p, err
 	}
 	e, err := apiendpoint.New(apiendpoint.Config{
-		Listen: listen, Server: server, StateFile: p.APIServers, CAFile: p.ServerCA, Kubeconfig: local.Kubeconfig,
+		Listen: listen, DialOnly: cache, Server: server, StateFile: p.APIServers, CAFile: p.ServerCA, Kubeconfig: local.Kubeconfig,
 	})
 	if err != nil {
-		return nil, p, err
+		return nil, nil, p, err
 	}
-	return e, local, nil
+	if !cache {
+		return e, nil, local, nil
+	}
+	c, err := apicache.New(apicache.Config{
+		Node: node, Listen: listen, Dir: p.APICache, ClientCAFile: p.ClientCA,
+		ServerCAFile: p.ServerCA, CertFile: certFile, Upstream: e,
+	})
+	if err != nil {
+		return nil, nil, p, err
+	}
+	return e, c, local, nil
 }
 
 // kubeconfigServer is the server (host:port) and the client certificate

@@ -10,6 +10,9 @@
 //	api-endpoint an agent's node-local API endpoint (pkg/apiendpoint) on
 //	             127.0.0.1:6444, through which the parts below reach
 //	             every server (unless off)
+//	api-cache    the endpoint's cache (pkg/apicache): what the parts read,
+//	             kept on disk and served when no server answers (unless
+//	             off)
 //	images       the airgap images, imported into the runtime
 //	kubelet      upstream's, in this process
 //	flannel      the pod network across nodes (unless off)
@@ -220,11 +223,14 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 	if n.viaEndpoint() {
 		// An agent's parts reach the API through the node-local
 		// endpoint, which follows every server.
-		e, local, err := apiEndpoint(p, n.cfg.APIEndpointPort)
+		e, cache, local, err := apiEndpoint(s.Name, p, n.cfg.APIEndpointPort, !n.cfg.Disabled[PartAPICache])
 		if err != nil {
 			return nil, err
 		}
 		parts, p, endpoint = append(parts, e), local, e
+		if cache != nil {
+			parts = append(parts, cache)
+		}
 	}
 	if tunnel, err := n.tunnel(endpoint); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package node
 import (
 	"path/filepath"
 
+	"github.com/edgeplane/edgeplane/pkg/apicache"
 	"github.com/edgeplane/edgeplane/pkg/apiendpoint"
 	"github.com/edgeplane/edgeplane/pkg/containerd"
 	"github.com/edgeplane/edgeplane/pkg/nodeidentity"
@@ -32,6 +33,9 @@ type Paths struct {
 	// ClusterSettings are the cluster's settings for nodes as the node
 	// last read them from a server, for a start with no server answering.
 	ClusterSettings string
+	// APICache is the node's API cache's directory (pkg/apicache): what
+	// the parts read, Secrets and tokens among it (0700, its files 0600).
+	APICache string
 	// IdentityKey is the node's identity key (pkg/nodeidentity), and
 	// IdentityBound records that the server bound the node's name to it.
 	IdentityKey   string
@@ -76,6 +80,7 @@ func PathsIn(dir string) Paths {
 		LocalKubeconfig: filepath.Join(dir, "local-api.kubeconfig"),
 		APIServers:      filepath.Join(dir, apiendpoint.StateFileName),
 		ClusterSettings: filepath.Join(dir, "cluster-settings.json"),
+		APICache:        filepath.Join(dir, apicache.DirName),
 		IdentityKey:     nodeidentity.KeyPath(dir),
 		IdentityBound:   filepath.Join(dir, "node-identity.bound"),
 		RootDir:         filepath.Join(dir, "kubelet"),

@@ -1,4 +1,6 @@
-package apiendpoint
+// Package testlink is a TCP relay standing for the network path to a server
+// in tests: cut, it goes silent the way a link or a host that dies does.
+package testlink
 
 import (
 	"net"
@@ -6,10 +8,10 @@ import (
 	"testing"
 )
 
-// link is a TCP relay standing for the network path to one server: cut, it
+// Link is a TCP relay standing for the network path to one server: cut, it
 // goes silent the way a link or a host that dies does (no FIN, no RST):
 // bytes in flight stop, new connections are accepted and never answered.
-type link struct {
+type Link struct {
 	l      net.Listener
 	target string
 
@@ -18,13 +20,14 @@ type link struct {
 	conns []net.Conn
 }
 
-func newLink(t *testing.T, target string) *link {
+// New relays to target until the test ends.
+func New(t testing.TB, target string) *Link {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &link{l: l, target: target, cut: make(chan struct{})}
+	k := &Link{l: l, target: target, cut: make(chan struct{})}
 	t.Cleanup(func() {
 		_ = l.Close()
 		k.mu.Lock()
@@ -37,23 +40,25 @@ func newLink(t *testing.T, target string) *link {
 	return k
 }
 
-func (k *link) Addr() string { return k.l.Addr().String() }
+// Addr is the relay's address.
+func (k *Link) Addr() string { return k.l.Addr().String() }
 
 // Cut silences the link; Heal lets new connections through again
 // (connections made before the cut stay silent).
-func (k *link) Cut() {
+func (k *Link) Cut() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	close(k.cut)
 }
 
-func (k *link) Heal() {
+// Heal ends a cut.
+func (k *Link) Heal() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.cut = make(chan struct{})
 }
 
-func (k *link) state() (cut chan struct{}, isCut bool) {
+func (k *Link) state() (cut chan struct{}, isCut bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	select {
@@ -64,13 +69,13 @@ func (k *link) state() (cut chan struct{}, isCut bool) {
 	}
 }
 
-func (k *link) keep(c net.Conn) {
+func (k *Link) keep(c net.Conn) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.conns = append(k.conns, c)
 }
 
-func (k *link) accept() {
+func (k *Link) accept() {
 	for {
 		c, err := k.l.Accept()
 		if err != nil {
@@ -94,7 +99,7 @@ func (k *link) accept() {
 
 // pipe copies from src to dst until either closes or the link is cut; then
 // it stops reading, and holds both ends open.
-func (k *link) pipe(src, dst net.Conn, cut chan struct{}) {
+func (k *Link) pipe(src, dst net.Conn, cut chan struct{}) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
