@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -302,7 +303,7 @@ func (p *partition) cut(t *testing.T) {
 
 	// Their containers still run, the same ones, and the Service answers
 	// inside A with the ConfigMap and the Secret.
-	before := p.containers
+	before := maps.Clone(p.containers)
 	p.recordContainers(t, "during the partition")
 	for _, uid := range p.uids {
 		if !slices.Equal(p.containers[uid], before[uid]) {
@@ -322,6 +323,11 @@ func (p *partition) reboot(t *testing.T) {
 	start := time.Now()
 	c.Agent = c.startAgent(t)
 	agent := c.Agent
+	t.Cleanup(func() {
+		if t.Failed() { // the harness logs the output's end; its start says how the parts started
+			t.Logf("the restarted agent's output, first lines:\n%s", head(agent.output.String(), 80))
+		}
+	})
 	eventually(t, 3*time.Minute, "A's pods running again in its containerd", func(ctx context.Context) (bool, error) {
 		select {
 		case <-agent.exited:
@@ -342,7 +348,7 @@ func (p *partition) reboot(t *testing.T) {
 		return len(waiting) == 0, fmt.Errorf("%s", strings.Join(waiting, "; "))
 	})
 	t.Logf("figure: offline restart, agent start to all %d pods Running: %s", len(p.uids), time.Since(start).Round(100*time.Millisecond))
-	before := p.containers
+	before := maps.Clone(p.containers)
 	p.recordContainers(t, "after the offline restart")
 	for _, uid := range p.uids {
 		if slices.Equal(p.containers[uid], before[uid]) {
@@ -634,6 +640,22 @@ func (p *partition) waitUnreachable(t *testing.T, node string) time.Time {
 		return false, fmt.Errorf("taints %+v", n.Spec.Taints)
 	})
 	return added
+}
+
+// head keeps the first n lines of a log but the kubelet's flag
+// deprecation warnings.
+func head(log string, n int) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if len(out) == n {
+			out = append(out, "...")
+			break
+		}
+		if !strings.HasPrefix(l, "Flag --") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // appPods lists the pods labelled app=<app>.
