@@ -490,7 +490,7 @@ func (p *partition) restore(t *testing.T) {
 	})
 }
 
-// corruptCache: with the agent stopped, every file of A's api-cache
+// corruptCache: with the agent stopped, every data file of A's api-cache
 // directory is overwritten with garbage; the agent starts (the server
 // answers), says once that it discarded the cache, never serves it (the
 // garbage leaves the disk, and the node's pod keeps its containers), and
@@ -502,7 +502,9 @@ func (p *partition) corruptCache(t *testing.T) {
 	garbage := []byte("\x00\xffnot a cache entry: edgeplane TestNodePartition garbage\x1f\x8b\x08")
 	var files []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
+		// The cache's data, not the certificate its clients trust it
+		// with (made again at each start).
+		if err != nil || !d.Type().IsRegular() || strings.HasSuffix(path, ".crt") {
 			return err
 		}
 		files = append(files, path)
