@@ -301,6 +301,10 @@ func (p *partition) cut(t *testing.T) {
 		t.Errorf("%s Ready during the partition (%s), want NotReady/Unknown", c.AgentNode, r.Message)
 	}
 
+	if lines := cacheLines(c.Agent.output.String(), cacheOffline); len(lines) != 1 {
+		t.Errorf("A's agent logged %d lines of its API cache going offline during the partition, want 1:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+
 	// Their containers still run, the same ones, and the Service answers
 	// inside A with the ConfigMap and the Secret.
 	before := maps.Clone(p.containers)
@@ -376,8 +380,8 @@ func (p *partition) reboot(t *testing.T) {
 		}
 	}
 	p.serviceServes(t, time.Minute, greetingV1)
-	if n := strings.Count(strings.ToLower(agent.output.String()), "no api server answers"); n == 0 {
-		t.Errorf("A's agent started offline and never logged that no API server answers")
+	if lines := cacheLines(agent.output.String(), cacheOffline); len(lines) != 1 {
+		t.Errorf("A's agent, started offline, logged %d lines of its API cache going offline, want 1:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
 }
 
@@ -431,6 +435,9 @@ func (p *partition) restore(t *testing.T) {
 	back := time.Now()
 	waitNodeReady(t, c.Server, c.AgentNode)
 	t.Logf("%s Ready %s after the link returned", c.AgentNode, time.Since(back).Round(time.Second))
+	if lines := cacheLines(c.Agent.output.String(), cacheOnline); len(lines) != 1 {
+		t.Errorf("A's agent logged %d lines of a server answering its API cache again, want 1:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
 
 	eventually(t, 2*time.Minute, "the scaled-down pod gone from the server and from A's containerd", func(ctx context.Context) (bool, error) {
 		pods, err := appPods(ctx, c, webApp)
@@ -642,6 +649,27 @@ func (p *partition) waitUnreachable(t *testing.T, node string) time.Time {
 		return false, fmt.Errorf("taints %+v", n.Spec.Taints)
 	})
 	return added
+}
+
+// What the node's API cache (its logger api-cache) logs when no server
+// answers and when one does again; the node's other parts' errors say
+// "no API server answers" too, in the cache's answers to their requests.
+var (
+	cacheLogger  = regexp.MustCompile(`logger="[^"]*api-cache"`)
+	cacheOffline = regexp.MustCompile(`(?i)"no API server answers`)
+	cacheOnline  = regexp.MustCompile(`(?i)"an API server answers again`)
+)
+
+// cacheLines are the lines of an agent's output that the API cache logged
+// and that match what.
+func cacheLines(output string, what *regexp.Regexp) []string {
+	var lines []string
+	for _, l := range strings.Split(output, "\n") {
+		if cacheLogger.MatchString(l) && what.MatchString(l) {
+			lines = append(lines, l)
+		}
+	}
+	return lines
 }
 
 // head keeps the first n lines of a log but the kubelet's flag
