@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -598,6 +599,11 @@ func (p *partition) recordContainers(t *testing.T, when string, uids ...types.UI
 // the greeting want and the Secret's value.
 func (p *partition) serviceServes(t *testing.T, timeout time.Duration, want string) {
 	t.Helper()
+	defer func() { // t.Fatalf ends the goroutine through deferred calls
+		if t.Failed() {
+			t.Logf("web-a's Service as the server and node A see it:\n%s", p.serviceState())
+		}
+	}()
 	for path, want := range map[string]string{"/cm/greeting": want, "/secret/password": secretValue} {
 		url := "http://" + p.svcIP + path
 		eventually(t, timeout, "web-a's Service serving "+path+" inside A", func(context.Context) (bool, error) {
@@ -608,6 +614,49 @@ func (p *partition) serviceServes(t *testing.T, timeout time.Duration, want stri
 			return got == want, fmt.Errorf("%s gives %q, want %q", url, got, want)
 		})
 	}
+}
+
+// serviceState is what a failure to reach web-a's Service is looked into
+// with: the server's EndpointSlices and pods of web-a, the addresses of
+// web-a's pods in A's containerd, and kube-proxy's rules for it in A.
+func (p *partition) serviceState() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	eps, err := p.c.Server.client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + webApp})
+	if err != nil {
+		fmt.Fprintf(&b, "EndpointSlices: %v\n", err)
+	} else {
+		for _, sl := range eps.Items {
+			fmt.Fprintf(&b, "EndpointSlice %s (resourceVersion %s):", sl.Name, sl.ResourceVersion)
+			for _, ep := range sl.Endpoints {
+				ready := ep.Conditions.Ready != nil && *ep.Conditions.Ready
+				fmt.Fprintf(&b, " %v ready=%t", ep.Addresses, ready)
+			}
+			b.WriteString("\n")
+		}
+	}
+	if pods, err := appPods(ctx, p.c, webApp); err != nil {
+		fmt.Fprintf(&b, "pods: %v\n", err)
+	} else {
+		for _, pod := range pods {
+			fmt.Fprintf(&b, "pod %s (%s) IP %s, terminating %t\n", pod.Name, pod.UID, pod.Status.PodIP, pod.DeletionTimestamp != nil)
+		}
+	}
+	for _, uid := range p.uids {
+		ip, err := p.cri.podIP(ctx, string(uid))
+		fmt.Fprintf(&b, "A's containerd: pod %s at %q (%v)\n", uid, ip, err)
+	}
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", p.c.AgentNS, "nft", "list", "ruleset").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(&b, "nft list ruleset in A: %v: %s\n", err, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, webApp) || strings.Contains(l, p.svcIP) {
+			b.WriteString("nft:" + l + "\n")
+		}
+	}
+	return b.String()
 }
 
 // notKept returns an error unless pods (web-a's on the server) are exactly
