@@ -229,16 +229,25 @@ func TestFetchRound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = silent.Close() })
+	accepted := make(chan net.Conn, 64)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		for {
 			c, err := silent.Accept()
 			if err != nil {
 				return
 			}
-			t.Cleanup(func() { _ = c.Close() })
+			accepted <- c
 		}
 	}()
+	t.Cleanup(func() {
+		_ = silent.Close()
+		<-done
+		for len(accepted) > 0 {
+			_ = (<-accepted).Close()
+		}
+	})
 	starting := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)

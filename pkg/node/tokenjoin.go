@@ -190,9 +190,10 @@ func (j *TokenJoin) bootstrapClient(caFile string) (kubernetes.Interface, error)
 
 // fetchCluster reads the cluster's settings for nodes with the node's own
 // credentials, keeps them on disk (Paths.ClusterSettings), and writes the
-// client CA the kubelet authenticates the API server with. A server that is still starting is waited for; a refusal
-// (the node's certificate is not accepted) ends it at once. With several
-// clients (one per server), each retry asks the next.
+// client CA the kubelet authenticates the API server with. A server that
+// is still starting is waited for; a refusal (the node's certificate is
+// not accepted) ends it at once. With several clients (one per server),
+// each retry asks the next.
 func fetchCluster(ctx context.Context, clients []kubernetes.Interface, p Paths) (Cluster, error) {
 	var nc nodeconfig.Config
 	attempt := 0
