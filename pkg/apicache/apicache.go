@@ -123,6 +123,7 @@ type Cache struct {
 	back    chan struct{}
 	watches map[*heldWatch]bool
 	pages   map[string]*pagedList
+	started time.Time
 }
 
 // New checks cfg; nothing runs until Start.
@@ -167,6 +168,7 @@ func (c *Cache) Name() string { return "api-cache" }
 // Start loads the cache, writes the local CA and listens.
 func (c *Cache) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("api-cache")
+	c.started = time.Now()
 	clientCAs, err := readPool(c.cfg.ClientCAFile)
 	if err != nil {
 		return fmt.Errorf("api cache: client CA: %w", err)
@@ -240,7 +242,10 @@ func (c *Cache) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return c.store.close()
+	err := c.store.close()
+	held, written := c.store.stats()
+	klog.FromContext(ctx).Info("Node API cache stopped", "cachedBytes", held, "writtenBytes", written, "since", c.started.Format(time.RFC3339))
+	return err
 }
 
 // Address is where the cache listens, once started.

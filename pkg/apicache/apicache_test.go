@@ -100,7 +100,6 @@ func (f *fixture) client(t *testing.T, certFile string) kubernetes.Interface {
 			CAData: mustRead(t, LocalCAFile(filepath.Join(f.dir, DirName))), CertFile: certFile, KeyFile: certFile,
 		},
 		ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf", AcceptContentTypes: "application/vnd.kubernetes.protobuf,application/json"},
-		Timeout:       10 * time.Second,
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -291,11 +290,29 @@ func TestOffline(t *testing.T) {
 	if _, err := f.admin.CoreV1().Pods("default").Patch(ctx, pod.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"changed":"during-partition"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The watch held offline ends once a server answers: the informer
+	// sees the change within a few seconds (left to itself, client-go
+	// would wait for the watch's timeout, minutes).
 	f.link.Heal()
+	healed := time.Now()
 	eventually(t, ctx, "the node's pod informer to see the server's change after the link healed", func() bool {
 		o, ok, _ := pods.GetStore().GetByKey("default/" + pod.Name)
 		return ok && o.(*corev1.Pod).Labels["changed"] == "during-partition"
 	})
+	if took := time.Since(healed); took > 5*time.Second {
+		t.Fatalf("the node's pod informer saw the server's change %v after the link healed: the watch held offline was not ended", took)
+	}
+	// A watch resuming from the resourceVersion the cache gave the pod
+	// offline would miss the server's events below it: refused, the
+	// client lists again.
+	if w, err := again.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(), ResourceVersion: patched.ResourceVersion,
+	}); !apierrors.IsGone(err) && !apierrors.IsResourceExpired(err) {
+		if w != nil {
+			w.Stop()
+		}
+		t.Fatalf("a watch from the cache's own resourceVersion %s once a server answers: %v, want 410", patched.ResourceVersion, err)
+	}
 	if _, err := again.CoreV1().Events("default").Create(ctx, &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Name: "back"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, Namespace: "default"},

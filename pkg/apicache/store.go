@@ -32,7 +32,15 @@ type store struct {
 	full    bool // the bound was hit (logged once)
 	journal *journal
 	written int64 // bytes appended or rewritten since open
+	// local are the resourceVersions the cache gave objects it changed
+	// itself, the last maxLocalRVs of them.
+	local map[uint64]bool
 }
+
+// maxLocalRVs bounds the resourceVersions of the cache's own kept: a
+// client holding an older one lists again anyway after its watch's
+// timeout (minutes) and thousands of pod status updates.
+const maxLocalRVs = 4096
 
 // list is one list's state.
 type list struct {
@@ -55,7 +63,7 @@ func openStore(logger klog.Logger, dir string, max int64) (*store, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("api cache: %w", err)
 	}
-	s := &store{dir: dir, max: max, objects: map[string][]byte{}, lists: map[string]*list{}, gets: map[string]bool{}, tokens: map[string][]byte{}}
+	s := &store{dir: dir, max: max, objects: map[string][]byte{}, lists: map[string]*list{}, gets: map[string]bool{}, tokens: map[string][]byte{}, local: map[uint64]bool{}}
 	path := filepath.Join(dir, FileName)
 	recs, size, torn, err := readJournal(path)
 	if err == nil {
@@ -66,7 +74,7 @@ func openStore(logger klog.Logger, dir string, max int64) (*store, error) {
 		if err := discard(dir); err != nil {
 			return nil, fmt.Errorf("api cache: %w", err)
 		}
-		s = &store{dir: dir, max: max, objects: map[string][]byte{}, lists: map[string]*list{}, gets: map[string]bool{}, tokens: map[string][]byte{}}
+		s = &store{dir: dir, max: max, objects: map[string][]byte{}, lists: map[string]*list{}, gets: map[string]bool{}, tokens: map[string][]byte{}, local: map[uint64]bool{}}
 		size = 0
 	} else if torn {
 		logger.Info("The node's API cache's last write was cut short: its changes are dropped, the rest is kept", "file", path)
@@ -107,6 +115,12 @@ func (s *store) replay(recs []record) error {
 		case "dt":
 			s.size -= int64(len(s.tokens[r.K]))
 			delete(s.tokens, r.K)
+		case "r":
+			rv, err := strconv.ParseUint(r.K, 10, 64)
+			if err != nil {
+				return fmt.Errorf("%w: a resourceVersion %q", errCorrupt, r.K)
+			}
+			s.addLocalLocked(rv)
 		default:
 			return fmt.Errorf("%w: a record of unknown kind %q", errCorrupt, r.Op)
 		}
@@ -371,7 +385,24 @@ func (s *store) localRV() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.maxRV++
-	return strconv.FormatUint(s.maxRV, 10)
+	s.addLocalLocked(s.maxRV)
+	rv := strconv.FormatUint(s.maxRV, 10)
+	s.pending = append(s.pending, record{Op: "r", K: rv})
+	return rv
+}
+
+func (s *store) addLocalLocked(rv uint64) {
+	s.local[rv] = true
+	if len(s.local) > maxLocalRVs {
+		delete(s.local, slices.Min(slices.Collect(maps.Keys(s.local))))
+	}
+}
+
+// isLocalRV tells whether rv is one the cache gave.
+func (s *store) isLocalRV(rv uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.local[rv]
 }
 
 // flush writes what changed since the last flush as one batch, or the
@@ -411,6 +442,9 @@ func (s *store) snapshotLocked() []record {
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.tokens)) {
 		recs = append(recs, record{Op: "t", K: k, V: s.tokens[k]})
+	}
+	for _, rv := range slices.Sorted(maps.Keys(s.local)) {
+		recs = append(recs, record{Op: "r", K: strconv.FormatUint(rv, 10)})
 	}
 	return recs
 }

@@ -30,6 +30,13 @@ func (c *Cache) watch(w http.ResponseWriter, r *http.Request, q request, online 
 		c.holdWatch(w, r, q)
 		return
 	}
+	if c.localResume(r) {
+		// The client resumes from a resourceVersion the cache made up
+		// offline: the server's events up to it would be missed. Gone:
+		// the client lists again.
+		status(w, http.StatusGone, "Expired", "the resourceVersion is the node's cache's own, from while no server answered: list again")
+		return
+	}
 	resp, err := c.roundTrip(r, nil)
 	if err != nil {
 		if r.Context().Err() == nil {
@@ -276,4 +283,16 @@ func tokenValid(raw []byte) bool {
 		return false
 	}
 	return time.Now().Before(time.Unix(claims.Exp, 0))
+}
+
+// localResume tells whether a watch resumes (no initial events) from a
+// resourceVersion the cache gave an object it changed itself
+// (writeback.go).
+func (c *Cache) localResume(r *http.Request) bool {
+	v := r.URL.Query()
+	if v.Get("sendInitialEvents") == "true" {
+		return false
+	}
+	rv, err := strconv.ParseUint(v.Get("resourceVersion"), 10, 64)
+	return err == nil && c.store.isLocalRV(rv)
 }

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/pkg/apicache"
 	"github.com/edgeplane/edgeplane/pkg/apiendpoint"
 )
@@ -63,6 +64,21 @@ func apiEndpoint(node string, p Paths, port int, cache bool) (*apiendpoint.Endpo
 		return nil, nil, p, err
 	}
 	return e, c, local, nil
+}
+
+// endpointParts are the endpoint and its cache (when cache) in the order
+// they start: the cache first, as it writes the CA the parts' kubeconfig
+// names, which the endpoint's own watch reads; the cache's requests wait
+// until the endpoint has checked the servers.
+func endpointParts(node string, p Paths, port int, cache bool) ([]component.Component, *apiendpoint.Endpoint, Paths, error) {
+	e, c, local, err := apiEndpoint(node, p, port, cache)
+	if err != nil {
+		return nil, nil, p, err
+	}
+	if c == nil {
+		return []component.Component{e}, e, local, nil
+	}
+	return []component.Component{c, e}, e, local, nil
 }
 
 // kubeconfigServer is the server (host:port) and the client certificate

@@ -1,15 +1,19 @@
 package node
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/edgeplane/edgeplane/internal/component"
 	"github.com/edgeplane/edgeplane/pkg/apicache"
 )
 
@@ -79,4 +83,63 @@ func TestAPIEndpointKubeconfigs(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestEndpointPartsOrder: with the cache, it starts before the endpoint
+// and writes the CA the parts' kubeconfig names before the endpoint's own
+// watch reads that kubeconfig (the other order ended agents at start when
+// the watch won the race).
+func TestEndpointPartsOrder(t *testing.T) {
+	for _, cache := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cache=%v", cache), func(t *testing.T) {
+			p := PathsIn(t.TempDir())
+			cert := filepath.Join(p.CertDir, "kubelet-client-current.pem")
+			if err := writeKubeconfig(p, "https://10.0.0.1:6443", p.ServerCA, cert); err != nil {
+				t.Fatal(err)
+			}
+			ca := selfSigned(t, time.Now().Add(-1), time.Now().Add(1e12))
+			if err := os.MkdirAll(p.CertDir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{p.ServerCA, p.ClientCA, cert} {
+				if err := os.WriteFile(f, ca, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			parts, e, local, err := endpointParts("node-a", p, freePort(t), cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, c := range parts {
+				names = append(names, c.Name())
+			}
+			want := []string{PartAPIEndpoint}
+			if cache {
+				want = []string{PartAPICache, PartAPIEndpoint}
+			}
+			if !slices.Equal(names, want) || parts[len(parts)-1] != component.Component(e) {
+				t.Fatalf("parts %v, want %v", names, want)
+			}
+			ctx := context.Background()
+			if err := parts[0].Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer parts[0].Stop(ctx)
+			if _, err := clientcmd.BuildConfigFromFlags("", local.Kubeconfig); err != nil && cache {
+				t.Fatalf("once the first part started, the parts' kubeconfig does not load: %v", err)
+			}
+		})
+	}
+}
+
+// freePort is a port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

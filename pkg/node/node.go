@@ -223,14 +223,11 @@ func (n *Node) build(ctx context.Context, cluster Cluster) ([]component.Componen
 	if n.viaEndpoint() {
 		// An agent's parts reach the API through the node-local
 		// endpoint, which follows every server.
-		e, cache, local, err := apiEndpoint(s.Name, p, n.cfg.APIEndpointPort, !n.cfg.Disabled[PartAPICache])
+		ps, e, local, err := endpointParts(s.Name, p, n.cfg.APIEndpointPort, !n.cfg.Disabled[PartAPICache])
 		if err != nil {
 			return nil, err
 		}
-		parts, p, endpoint = append(parts, e), local, e
-		if cache != nil {
-			parts = append(parts, cache)
-		}
+		parts, p, endpoint = append(parts, ps...), local, e
 	}
 	if tunnel, err := n.tunnel(endpoint); err != nil {
 		return nil, err

@@ -30,12 +30,12 @@ type Paths struct {
 	// APIServers are the API servers the endpoint learned, for its next
 	// start.
 	APIServers string
-	// ClusterSettings are the cluster's settings for nodes as the node
-	// last read them from a server, for a start with no server answering.
-	ClusterSettings string
 	// APICache is the node's API cache's directory (pkg/apicache): what
 	// the parts read, Secrets and tokens among it (0700, its files 0600).
 	APICache string
+	// ClusterSettings are the cluster's settings for nodes as the node
+	// last read them from a server, for a start with no server answering.
+	ClusterSettings string
 	// IdentityKey is the node's identity key (pkg/nodeidentity), and
 	// IdentityBound records that the server bound the node's name to it.
 	IdentityKey   string
@@ -79,8 +79,8 @@ func PathsIn(dir string) Paths {
 		Kubeconfig:      filepath.Join(dir, "kubelet.kubeconfig"),
 		LocalKubeconfig: filepath.Join(dir, "local-api.kubeconfig"),
 		APIServers:      filepath.Join(dir, apiendpoint.StateFileName),
-		ClusterSettings: filepath.Join(dir, "cluster-settings.json"),
 		APICache:        filepath.Join(dir, apicache.DirName),
+		ClusterSettings: filepath.Join(dir, "cluster-settings.json"),
 		IdentityKey:     nodeidentity.KeyPath(dir),
 		IdentityBound:   filepath.Join(dir, "node-identity.bound"),
 		RootDir:         filepath.Join(dir, "kubelet"),
