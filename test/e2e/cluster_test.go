@@ -89,6 +89,9 @@ type twoNodeCluster struct {
 	ServerNS, AgentNS     string
 	ServerIP, AgentIP     string
 	HostIP                string
+	// Bridge is the host's bridge the nodes' veths are on (a test adds
+	// a node of its own to it: partition_helpers_test.go).
+	Bridge string
 
 	// ServerCtrd and AgentCtrd are the nodes' containerds of the test's
 	// own; nil with ManagedRuntime, where ServerDir and AgentDir (each
@@ -222,6 +225,7 @@ func startTwoNodeCluster(t *testing.T, opts twoNodeOptions) *twoNodeCluster {
 		HostIP: fmt.Sprintf("10.204.%d.1", n), ServerIP: fmt.Sprintf("10.204.%d.2", n), AgentIP: fmt.Sprintf("10.204.%d.3", n),
 	}
 	bridge := fmt.Sprintf("epb%d-%d", pid%100000, n)
+	c.Bridge = bridge
 	ipCmd(t, "link", "add", bridge, "type", "bridge")
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", bridge).Run() })
 	ipCmd(t, "addr", "add", c.HostIP+"/24", "dev", bridge)
