@@ -121,6 +121,14 @@ bench-tunnel:
 	EDGEPLANE_TUNNEL_FIGURES=1 go test -count=1 -v -timeout 30m -run 'TestNodeTunnelFigures$$' ./test/e2e/
 	go test -count=3 -run '^$$' -bench . -benchtime 2s ./pkg/nodetunnel/
 
+# The node's API cache (docs/NODES.md, "Offline: the node's API cache"):
+# agent RSS with and without it, its writes idle and during a partition
+# (APICACHE_WINDOW each), an offline restart's time to pods running.
+APICACHE_WINDOW ?= 5m
+.PHONY: bench-apicache
+bench-apicache:
+	EDGEPLANE_APICACHE_FIGURES=1 EDGEPLANE_APICACHE_WINDOW=$(APICACHE_WINDOW) go test -count=1 -v -timeout 60m -run 'TestAPICacheFigures$$' ./test/e2e/
+
 .PHONY: bench bench-smoke
 bench:
 	BENCH_COMMAND="make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" ./bench/run.sh $(BENCH_ARGS)

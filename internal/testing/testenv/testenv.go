@@ -63,6 +63,9 @@ var ByDesign = map[string]string{
 	// Figures of docs/NODES.md, "Edge links" (TestNodeBehindNAT checks the behaviour).
 	"tunnel-figures": "measures kubectl exec, logs and port-forward times and the agent's RSS with the node tunnel and without (docs/NODES.md, \"Edge links\"): " +
 		"a two-node cluster, about 4 minutes; runs with EDGEPLANE_TUNNEL_FIGURES=1 (make bench-tunnel), under the e2e lock",
+	// Figures of docs/NODES.md, "Offline: the node's API cache" (TestNodePartition checks the behaviour).
+	"apicache-figures": "measures the agent's RSS with the node's API cache and without, its writes idle and during a partition, and an offline restart's time to pods running (docs/NODES.md): " +
+		"a two-node cluster, three windows of EDGEPLANE_APICACHE_WINDOW (default 5m); runs with EDGEPLANE_APICACHE_FIGURES=1 (make bench-apicache), under the e2e lock",
 }
 
 // CI reports whether the tests run in CI, where a missing precondition is a
