@@ -184,4 +184,3 @@ func windowWrites(t *testing.T, pid int, journal string, d time.Duration) (grew,
 }
 
 func perHour(b int64, d time.Duration) float64 { return float64(b) / 1000 / d.Hours() }
-
