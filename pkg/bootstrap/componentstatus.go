@@ -105,8 +105,10 @@ func (h *healthEndpoints) Start(ctx context.Context) error {
 			continue
 		}
 		srv := &http.Server{
-			Handler:           healthHandler(check),
-			TLSConfig:         tlsConfig,
+			Handler: healthHandler(check),
+			// One each: ServeTLS sets up HTTP/2 on the server's config
+			// in place, which two servers sharing one would race on.
+			TLSConfig:         tlsConfig.Clone(),
 			ReadHeaderTimeout: 5 * time.Second,
 			// Failed handshakes on a loopback health port ask nothing of the user.
 			ErrorLog: log.New(io.Discard, "", 0),

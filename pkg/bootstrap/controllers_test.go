@@ -48,7 +48,8 @@ func TestParseAgentDisable(t *testing.T) {
 	}{
 		{values: nil, want: nil},
 		{values: []string{"network-policy"}, want: []string{"network-policy"}},
-		{values: []string{"kubelet"}, want: nil, wantErr: `--disable "kubelet" is not one of: network-policy, api-endpoint`},
+		{values: []string{"api-cache"}, want: []string{"api-cache"}},
+		{values: []string{"kubelet"}, want: nil, wantErr: `--disable "kubelet" is not one of: network-policy, api-endpoint, api-cache`},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.values, "|"), func(t *testing.T) {
