@@ -38,6 +38,12 @@ type ProvisionerOptions struct {
 	// Path is the directory on each node that holds the volumes'
 	// directories (--default-local-storage-path).
 	Path string
+	// Informers, when set, is the shared informer factory it reads claims
+	// and StorageClasses from (the API server's, chain.Server.Informers),
+	// with its handlers removed on Stop and the informers left running;
+	// else it lists and watches them with its own. Its volumes it always
+	// watches itself, only those with its node label.
+	Informers informers.SharedInformerFactory
 }
 
 // Validate reports every problem with o.
@@ -112,7 +118,10 @@ func (p *Provisioner) Start(ctx context.Context) error {
 	}
 	logger := klog.FromContext(ctx).WithName(ComponentName)
 	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory, own := p.o.Informers, false
+	if factory == nil {
+		factory, own = informers.NewSharedInformerFactory(client, 0), true
+	}
 	claimInf, classInf := factory.Core().V1().PersistentVolumeClaims(), factory.Storage().V1().StorageClasses()
 	// Only this provisioner's volumes, by their node label.
 	volInf := coreinformers.NewFilteredPersistentVolumeInformer(client, 0, cache.Indexers{},
@@ -143,14 +152,17 @@ func (p *Provisioner) Start(ctx context.Context) error {
 			AddFunc: func(any) { p.enqueueAllClaims(logger) },
 		}},
 	}
+	// No resync, whatever the factory's (component.Handlers).
+	var registered component.Handlers
 	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+		if err := registered.Add(h.inf, h.h); err != nil {
+			registered.Remove(logger)
 			cancel()
 			broadcaster.Shutdown()
 			return fmt.Errorf("%s: %w", ComponentName, err)
 		}
 	}
-	p.synced = []cache.InformerSynced{claimInf.Informer().HasSynced, classInf.Informer().HasSynced, volInf.HasSynced}
+	p.synced = registered.Synced()
 	factory.Start(runCtx.Done())
 	go volInf.Run(runCtx.Done())
 	done := make(chan struct{})
@@ -158,7 +170,10 @@ func (p *Provisioner) Start(ctx context.Context) error {
 	go func() {
 		defer close(done)
 		defer broadcaster.Shutdown()
-		defer factory.Shutdown()
+		if own {
+			defer factory.Shutdown()
+		}
+		defer registered.Remove(logger)
 		defer p.queue.ShutDown()
 		if !cache.WaitForCacheSync(runCtx.Done(), p.synced...) {
 			return
