@@ -28,12 +28,13 @@ var serverWatches = map[string]int{
 	"services":               3,
 	"persistentvolumeclaims": 3,
 	"storageclasses":         3,
+	"persistentvolumes":      3,
 }
 
 // TestServerControllersShareInformers starts a server in this process and
 // counts, from its API server's apiserver_longrunning_requests, the watches
-// of Nodes, Services, claims and StorageClasses: a controller of the server
-// that lists and watches them itself again fails it.
+// of Nodes, Services, claims, StorageClasses and volumes: a controller of the
+// server that lists and watches them itself again fails it.
 func TestServerControllersShareInformers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a whole server")

@@ -38,11 +38,11 @@ type ProvisionerOptions struct {
 	// Path is the directory on each node that holds the volumes'
 	// directories (--default-local-storage-path).
 	Path string
-	// Informers, when set, is the shared informer factory it reads claims
-	// and StorageClasses from (the API server's, chain.Server.Informers),
-	// with its handlers removed on Stop and the informers left running;
-	// else it lists and watches them with its own. Its volumes it always
-	// watches itself, only those with its node label.
+	// Informers, when set, is the shared informer factory it reads claims,
+	// StorageClasses and volumes from (the API server's,
+	// chain.Server.Informers), with its handlers removed on Stop and the
+	// informers left running; else it lists and watches them with its own
+	// (of the volumes, only those with its node label).
 	Informers informers.SharedInformerFactory
 }
 
@@ -123,9 +123,16 @@ func (p *Provisioner) Start(ctx context.Context) error {
 		factory, own = informers.NewSharedInformerFactory(client, 0), true
 	}
 	claimInf, classInf := factory.Core().V1().PersistentVolumeClaims(), factory.Storage().V1().StorageClasses()
-	// Only this provisioner's volumes, by their node label.
-	volInf := coreinformers.NewFilteredPersistentVolumeInformer(client, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.LabelSelector = NodeLabel })
+	// The API server's informer has every volume (its Node authorizer's);
+	// one of its own lists only this provisioner's, by their node label.
+	// Either way the handler and the sync act on its own only (ours).
+	var volInf cache.SharedIndexInformer
+	if own {
+		volInf = coreinformers.NewFilteredPersistentVolumeInformer(client, 0, cache.Indexers{},
+			func(o *metav1.ListOptions) { o.LabelSelector = NodeLabel })
+	} else {
+		volInf = factory.Core().V1().PersistentVolumes().Informer()
+	}
 	p.client, p.claims, p.classes = client, claimInf.Lister(), classInf.Lister()
 	p.volumes = corelisters.NewPersistentVolumeLister(volInf.GetIndexer())
 	p.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
@@ -164,7 +171,9 @@ func (p *Provisioner) Start(ctx context.Context) error {
 	}
 	p.synced = registered.Synced()
 	factory.Start(runCtx.Done())
-	go volInf.Run(runCtx.Done())
+	if own {
+		go volInf.Run(runCtx.Done())
+	}
 	done := make(chan struct{})
 	p.cancel, p.done = cancel, done
 	go func() {
