@@ -19,7 +19,8 @@ import (
 // server (--disable=kubelet) holds open on its own API server once started:
 // the API server's own informers (the Node authorizer, admission) one each,
 // the controller-manager and the scheduler one each of what they read, the
-// taint-eviction controller its own trimmed Nodes and Pods (autonomy.go).
+// taint-eviction controller its own trimmed Nodes and Pods (autonomy.go),
+// the ingress controller its own stripped Services as its own user.
 // edgeplane's other controllers in the server process (servicelb, the node
 // tunnel, the CSR approver, the local storage provisioner) read the API
 // server's informers and add none (chain.Server.Informers).
@@ -60,10 +61,9 @@ func TestServerControllersShareInformers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every component has started; the CSR approver and the others not
-	// waited for open their watches just after. Until then the counts only
-	// grow: wait until each is reached, then a few seconds more for any
-	// watch beyond it.
+	// Every component has started, but those start-up does not wait for
+	// (the CSR approver among them) may open their watches just after: the
+	// counts are read for 5 s, and one above its most ends the wait.
 	var got map[string]int
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		if got, err = watchesByResource(ctx, client); err != nil {
