@@ -93,9 +93,10 @@ type Controller struct {
 
 // New builds the controller. client's identity must have ClusterRole and
 // the Role RecordsRole (EnsureRBAC binds them): list and watch
-// CertificateSigningRequests, Nodes and the kubernetes Service's
-// EndpointSlices, update certificatesigningrequests/approval, approve for
-// the signers kubernetes.io/kubelet-serving and
+// CertificateSigningRequests, Nodes (unless read from Options.Informers)
+// and the kubernetes Service's EndpointSlices, update
+// certificatesigningrequests/approval, approve for the signers
+// kubernetes.io/kubelet-serving and
 // kubernetes.io/kube-apiserver-client-kubelet, and get and create the
 // node identity records in kube-system.
 func New(client kubernetes.Interface, o Options) (*Controller, error) {
