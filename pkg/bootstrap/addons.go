@@ -57,7 +57,7 @@ func (s *server) startAddons(ctx context.Context, o CompletedOptions) error {
 	}
 	parts := []component.Component{mc}
 	if !o.Disabled[componentServiceLB] {
-		lb, err := servicelb.New(servicelb.Options{Kubeconfig: s.pki.AdminKubeconfig})
+		lb, err := servicelb.New(servicelb.Options{Kubeconfig: s.pki.AdminKubeconfig, Informers: s.chain.Informers()})
 		if err != nil {
 			return err
 		}

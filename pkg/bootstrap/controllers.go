@@ -76,7 +76,7 @@ func (s *server) startControllers(ctx context.Context, o CompletedOptions) error
 	// 0.1 s of a warm restart after them).
 	if !o.Disabled[componentControllerManager] {
 		start = append(start, &approver{adminKubeconfig: s.pki.AdminKubeconfig, kubeconfig: s.pki.ControllerManagerKubeconfig,
-			apiServer: o.approverAPIServer()})
+			apiServer: o.approverAPIServer(), informers: s.chain.Informers()})
 	}
 	if err := s.mgr.StartTogether(ctx, stopTimeout, start...); err != nil {
 		return err

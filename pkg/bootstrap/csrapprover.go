@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 
+	"k8s.io/client-go/informers"
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
@@ -28,6 +29,9 @@ type approver struct {
 	// apiServer names the API server, which no node's serving certificate
 	// may name.
 	apiServer csrapprover.APIServer
+	// informers is the API server's shared informer factory, which the
+	// approver reads Nodes from (its approvals stay the controller-manager's).
+	informers informers.SharedInformerFactory
 
 	loop background.Loop
 }
@@ -48,7 +52,7 @@ func (a *approver) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := csrapprover.New(client, csrapprover.Options{APIServer: a.apiServer})
+	c, err := csrapprover.New(client, csrapprover.Options{APIServer: a.apiServer, Informers: a.informers})
 	if err != nil {
 		return err
 	}

@@ -75,7 +75,9 @@ func (s *server) startLocalStorage(ctx context.Context, o CompletedOptions) erro
 	}); err != nil {
 		return err
 	}
-	p, err := localstorage.NewProvisioner(localstorage.ProvisionerOptions{Kubeconfig: s.pki.AdminKubeconfig, Path: o.LocalStoragePath})
+	p, err := localstorage.NewProvisioner(localstorage.ProvisionerOptions{
+		Kubeconfig: s.pki.AdminKubeconfig, Path: o.LocalStoragePath, Informers: s.chain.Informers(),
+	})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package bootstrap
 import (
 	"context"
 
+	"k8s.io/client-go/informers"
+
 	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	"github.com/edgeplane/edgeplane/pkg/chain"
 	"github.com/edgeplane/edgeplane/pkg/nodetunnel"
@@ -15,7 +17,11 @@ func (s *server) newNodeTunnel() error {
 	if err != nil {
 		return err
 	}
-	s.tunnel = nodetunnel.NewServer(nodetunnel.ServerOptions{Client: client, AddressTypes: chain.KubeletAddressTypes})
+	s.tunnel = nodetunnel.NewServer(nodetunnel.ServerOptions{
+		Client: client, AddressTypes: chain.KubeletAddressTypes,
+		// The API server's Nodes: the chain exists once the tunnel starts.
+		Informers: func() informers.SharedInformerFactory { return s.chain.Informers() },
+	})
 	return nil
 }
 

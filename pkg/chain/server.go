@@ -10,6 +10,7 @@ import (
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	clientgoinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
@@ -34,7 +35,10 @@ type Server struct {
 	done     chan struct{}      // closed when the chain's Run returns, or when a start failed or was abandoned
 	runErr   error              // what Run returned; read after done is closed
 	loopback *rest.Config
-	timeline *timeline
+	// informers is the kube-apiserver's own shared informer factory, for the
+	// server's controllers (informers.go); set once running.
+	informers *sharedInformers
+	timeline  *timeline
 
 	listenerOnce sync.Once
 	hooksOnce    sync.Once
@@ -92,14 +96,15 @@ func (s *Server) Start(ctx context.Context) error {
 
 	stopBuild := context.AfterFunc(ctx, cancel)
 	type result struct {
-		prepared runnable
-		loopback *rest.Config
-		err      error
+		prepared  runnable
+		loopback  *rest.Config
+		informers clientgoinformers.SharedInformerFactory
+		err       error
 	}
 	built := make(chan result, 1)
 	go func() {
-		prepared, loopback, err := build(runCtx, &s.cfg)
-		built <- result{prepared, loopback, err}
+		prepared, loopback, informers, err := build(runCtx, &s.cfg)
+		built <- result{prepared, loopback, informers, err}
 	}()
 	var r result
 	select {
@@ -136,6 +141,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return r.err
 	}
 	s.state, s.loopback = stateRunning, r.loopback
+	s.informers = &sharedInformers{SharedInformerFactory: r.informers, stop: runCtx.Done()}
 	s.timeline = newTimeline()
 	go func() {
 		defer close(s.done)
@@ -152,33 +158,33 @@ func (s *Server) closeListener() {
 }
 
 // build turns our Config into a prepared upstream aggregator chain.
-func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
+func build(ctx context.Context, c *Config) (runnable, *rest.Config, clientgoinformers.SharedInformerFactory, error) {
 	steps := newBuildSteps()
 	authnFile, err := writeAuthenticationConfig(filepath.Clean(c.StateDir))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	opts, err := buildOptions(c, authnFile)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := registerComponentGlobals(opts); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	completed, err := opts.Complete(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("chain: complete options: %w", err)
+		return nil, nil, nil, fmt.Errorf("chain: complete options: %w", err)
 	}
 	if errs := completed.Validate(); len(errs) != 0 {
-		return nil, nil, fmt.Errorf("chain: invalid options: %w", utilerrors.NewAggregate(errs))
+		return nil, nil, nil, fmt.Errorf("chain: invalid options: %w", utilerrors.NewAggregate(errs))
 	}
 	steps.done("options")
 	config, err := newConfig(completed, c.InformerResync, c.CompactionInterval, c.Storage.InProcess, c.Cluster)
 	if err != nil {
-		return nil, nil, fmt.Errorf("chain: build config: %w", err)
+		return nil, nil, nil, fmt.Errorf("chain: build config: %w", err)
 	}
 	if err := checkAllowPrivileged(c.AllowPrivileged); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	steps.done("config")
 	// Taken before tune turns the upstream hooks they replace off.
@@ -186,42 +192,42 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, error) {
 	tune(config, c)
 	completedConfig, err := config.Complete()
 	if err != nil {
-		return nil, nil, fmt.Errorf("chain: complete config: %w", err)
+		return nil, nil, nil, fmt.Errorf("chain: complete config: %w", err)
 	}
 	steps.done("complete")
 	aggregator, err := app.CreateServerChain(completedConfig)
 	if err != nil {
-		return nil, nil, fmt.Errorf("chain: create server chain: %w", err)
+		return nil, nil, nil, fmt.Errorf("chain: create server chain: %w", err)
 	}
 	steps.done("servers")
 	// Before PrepareRun, where the aggregator reads the delegates' OpenAPI.
 	kubeAPIServer, ok := aggregator.GenericAPIServer.NextDelegate().(*genericapiserver.GenericAPIServer)
 	if !ok {
-		return nil, nil, fmt.Errorf("chain: the aggregator's delegate is a %T, not the kube-apiserver", aggregator.GenericAPIServer.NextDelegate())
+		return nil, nil, nil, fmt.Errorf("chain: the aggregator's delegate is a %T, not the kube-apiserver", aggregator.GenericAPIServer.NextDelegate())
 	}
 	// Before the OpenAPI, which lists the kube-apiserver's routes.
 	if err := installAPIs(kubeAPIServer, config.KubeAPIs.ControlPlane.Extra.VersionedInformers, c.APIs); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	generic := config.KubeAPIs.ControlPlane.Generic
 	installOpenAPI(kubeAPIServer, generic.OpenAPIConfig, generic.OpenAPIV3Config, filepath.Clean(c.StateDir))
 	steps.done("openapi")
 	// The aggregator is outermost: its /readyz speaks for the whole chain.
 	if err := aggregator.GenericAPIServer.AddReadyzChecks(c.ReadyzChecks...); err != nil {
-		return nil, nil, fmt.Errorf("chain: readyz checks: %w", err)
+		return nil, nil, nil, fmt.Errorf("chain: readyz checks: %w", err)
 	}
 	for name, hook := range hooks {
 		if err := aggregator.GenericAPIServer.AddPostStartHook(name, hook); err != nil {
-			return nil, nil, fmt.Errorf("chain: %w", err)
+			return nil, nil, nil, fmt.Errorf("chain: %w", err)
 		}
 	}
 	prepared, err := aggregator.PrepareRun()
 	if err != nil {
-		return nil, nil, fmt.Errorf("chain: prepare: %w", err)
+		return nil, nil, nil, fmt.Errorf("chain: prepare: %w", err)
 	}
 	steps.done("prepare")
 	steps.log(ctx)
-	return prepared, rest.CopyConfig(aggregator.GenericAPIServer.LoopbackClientConfig), nil
+	return prepared, rest.CopyConfig(aggregator.GenericAPIServer.LoopbackClientConfig), config.KubeAPIs.ControlPlane.Extra.VersionedInformers, nil
 }
 
 // runnable is the prepared aggregator.

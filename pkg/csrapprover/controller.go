@@ -64,6 +64,11 @@ type Options struct {
 	// APIServer is what names the API server, which no node's serving
 	// certificate may name.
 	APIServer APIServer
+	// Informers, when set, is the shared informer factory it reads Nodes
+	// from (the API server's, chain.Server.Informers; it only looks Nodes
+	// up, with no handler), started with the controller and left running
+	// when it stops; else it lists and watches Nodes with client.
+	Informers informers.SharedInformerFactory
 }
 
 // Controller decides kubelet serving certificate requests and node
@@ -71,6 +76,8 @@ type Options struct {
 type Controller struct {
 	client    kubernetes.Interface
 	factories []informers.SharedInformerFactory
+	// shared are factories others read too: started, never shut down.
+	shared    []informers.SharedInformerFactory
 	serving   certlisters.CertificateSigningRequestLister
 	clients   certlisters.CertificateSigningRequestLister
 	nodes     corelisters.NodeLister
@@ -86,9 +93,10 @@ type Controller struct {
 
 // New builds the controller. client's identity must have ClusterRole and
 // the Role RecordsRole (EnsureRBAC binds them): list and watch
-// CertificateSigningRequests, Nodes and the kubernetes Service's
-// EndpointSlices, update certificatesigningrequests/approval, approve for
-// the signers kubernetes.io/kubelet-serving and
+// CertificateSigningRequests, Nodes (unless read from Options.Informers)
+// and the kubernetes Service's EndpointSlices, update
+// certificatesigningrequests/approval, approve for the signers
+// kubernetes.io/kubelet-serving and
 // kubernetes.io/kube-apiserver-client-kubelet, and get and create the
 // node identity records in kube-system.
 func New(client kubernetes.Interface, o Options) (*Controller, error) {
@@ -114,7 +122,15 @@ func New(client kubernetes.Interface, o Options) (*Controller, error) {
 	}
 	servingFactory := bySigner(certificatesv1.KubeletServingSignerName)
 	clientFactory := bySigner(certificatesv1.KubeAPIServerClientKubeletSignerName)
-	nodeFactory := informers.NewSharedInformerFactory(client, o.Resync)
+	factories := []informers.SharedInformerFactory{servingFactory, clientFactory}
+	var shared []informers.SharedInformerFactory
+	nodeFactory := o.Informers
+	if nodeFactory == nil {
+		nodeFactory = informers.NewSharedInformerFactory(client, o.Resync)
+		factories = append(factories, nodeFactory)
+	} else {
+		shared = append(shared, nodeFactory)
+	}
 	// Every API server's address: the kubernetes Service's EndpointSlices.
 	endpointFactory := informers.NewSharedInformerFactoryWithOptions(client, o.Resync,
 		informers.WithNamespace(metav1.NamespaceDefault),
@@ -127,7 +143,8 @@ func New(client kubernetes.Interface, o Options) (*Controller, error) {
 	endpointInformer := endpointFactory.Discovery().V1().EndpointSlices()
 	c := &Controller{
 		client:    client,
-		factories: []informers.SharedInformerFactory{servingFactory, clientFactory, nodeFactory, endpointFactory},
+		factories: append(factories, endpointFactory),
+		shared:    shared,
 		serving:   servingInformer.Lister(),
 		clients:   clientInformer.Lister(),
 		nodes:     nodeInformer.Lister(),
@@ -214,7 +231,7 @@ func (c *Controller) run(ctx context.Context, workers int) {
 		wg.Wait()
 		logger.V(1).Info("Stopped the CSR approver")
 	}()
-	for _, f := range c.factories {
+	for _, f := range append(c.factories, c.shared...) {
 		f.Start(ctx.Done())
 	}
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {

@@ -40,7 +40,8 @@ func TestApproverAgainstAPIServer(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pki := testapiserver.Start(t, ctx).PKI
+	srv := testapiserver.Start(t, ctx)
+	pki := srv.PKI
 
 	adminCfg, err := clientcmd.BuildConfigFromFlags("", pki.AdminKubeconfig)
 	if err != nil {
@@ -119,9 +120,10 @@ func TestApproverAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	const nodeWait = 8 * time.Second
+	// Nodes from the API server's informers, as the server runs it.
 	c, err := New(kubernetes.NewForConfigOrDie(approverCfg), Options{NodeWait: nodeWait, APIServer: APIServer{
 		ClusterDomain: "cluster.local", ServiceIPs: []net.IP{net.ParseIP("10.43.0.1")},
-	}})
+	}, Informers: srv.Chain.Informers()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,12 @@ type ProvisionerOptions struct {
 	// Path is the directory on each node that holds the volumes'
 	// directories (--default-local-storage-path).
 	Path string
+	// Informers, when set, is the shared informer factory it reads claims,
+	// StorageClasses and volumes from (the API server's,
+	// chain.Server.Informers), with its handlers removed on Stop and the
+	// informers left running; else it lists and watches them with its own
+	// (of the volumes, only those with its node label).
+	Informers informers.SharedInformerFactory
 }
 
 // Validate reports every problem with o.
@@ -112,11 +118,21 @@ func (p *Provisioner) Start(ctx context.Context) error {
 	}
 	logger := klog.FromContext(ctx).WithName(ComponentName)
 	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory, own := p.o.Informers, false
+	if factory == nil {
+		factory, own = informers.NewSharedInformerFactory(client, 0), true
+	}
 	claimInf, classInf := factory.Core().V1().PersistentVolumeClaims(), factory.Storage().V1().StorageClasses()
-	// Only this provisioner's volumes, by their node label.
-	volInf := coreinformers.NewFilteredPersistentVolumeInformer(client, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.LabelSelector = NodeLabel })
+	// The API server's informer has every volume (its Node authorizer's);
+	// one of its own lists only this provisioner's, by their node label.
+	// Either way the handler and the sync act on its own only (ours).
+	var volInf cache.SharedIndexInformer
+	if own {
+		volInf = coreinformers.NewFilteredPersistentVolumeInformer(client, 0, cache.Indexers{},
+			func(o *metav1.ListOptions) { o.LabelSelector = NodeLabel })
+	} else {
+		volInf = factory.Core().V1().PersistentVolumes().Informer()
+	}
 	p.client, p.claims, p.classes = client, claimInf.Lister(), classInf.Lister()
 	p.volumes = corelisters.NewPersistentVolumeLister(volInf.GetIndexer())
 	p.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
@@ -143,22 +159,30 @@ func (p *Provisioner) Start(ctx context.Context) error {
 			AddFunc: func(any) { p.enqueueAllClaims(logger) },
 		}},
 	}
+	// No resync, whatever the factory's (component.Handlers).
+	var registered component.Handlers
 	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+		if err := registered.Add(h.inf, h.h); err != nil {
+			registered.Remove(logger)
 			cancel()
 			broadcaster.Shutdown()
 			return fmt.Errorf("%s: %w", ComponentName, err)
 		}
 	}
-	p.synced = []cache.InformerSynced{claimInf.Informer().HasSynced, classInf.Informer().HasSynced, volInf.HasSynced}
+	p.synced = registered.Synced()
 	factory.Start(runCtx.Done())
-	go volInf.Run(runCtx.Done())
+	if own {
+		go volInf.Run(runCtx.Done())
+	}
 	done := make(chan struct{})
 	p.cancel, p.done = cancel, done
 	go func() {
 		defer close(done)
 		defer broadcaster.Shutdown()
-		defer factory.Shutdown()
+		if own {
+			defer factory.Shutdown()
+		}
+		defer registered.Remove(logger)
 		defer p.queue.ShutDown()
 		if !cache.WaitForCacheSync(runCtx.Done(), p.synced...) {
 			return

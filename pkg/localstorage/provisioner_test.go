@@ -53,7 +53,7 @@ func startCluster(t *testing.T, ctx context.Context, root string, nodes ...strin
 	if err := Ensure(ctx, c.admin); err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewProvisioner(ProvisionerOptions{Kubeconfig: srv.Kubeconfig, Path: root})
+	p, err := NewProvisioner(ProvisionerOptions{Kubeconfig: srv.Kubeconfig, Path: root, Informers: srv.Chain.Informers()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
 
 	"github.com/edgeplane/edgeplane/internal/kubeclient"
 	"github.com/edgeplane/edgeplane/internal/testing/testapiserver"
@@ -40,7 +41,8 @@ func TestThroughTheAPIServer(t *testing.T) {
 	kubelet := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "log of "+r.URL.Path+"\n")
 	}))
-	srv := testapiserver.StartWith(t, ctx, testapiserver.Options{Cluster: func(pki *certs.PKI) chain.ClusterNetwork {
+	var srv *testapiserver.Server
+	srv = testapiserver.StartWith(t, ctx, testapiserver.Options{Cluster: func(pki *certs.PKI) chain.ClusterNetwork {
 		kubelet.TLS = &tls.Config{Certificates: []tls.Certificate{pkiOf(t, pki.KubeletServingCA).serving(t)}}
 		kubelet.StartTLS()
 		kubeletAddr = kubelet.Listener.Addr().String()
@@ -48,7 +50,9 @@ func TestThroughTheAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tunnel = NewServer(ServerOptions{Client: client, Dialer: dropped})
+		// The API server's Nodes, as the server runs it (bootstrap).
+		tunnel = NewServer(ServerOptions{Client: client, Dialer: dropped,
+			Informers: func() informers.SharedInformerFactory { return srv.Chain.Informers() }})
 		return chain.ClusterNetwork{Dial: tunnel.DialContext, Wrap: tunnel.Handler}
 	}})
 	t.Cleanup(kubelet.Close)

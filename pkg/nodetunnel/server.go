@@ -35,7 +35,9 @@ const (
 	DefaultProbeTimeout  = 3 * time.Second
 	defaultDialTimeout   = 30 * time.Second
 	defaultKubeletPort   = 10250
-	addressIndex         = "address"
+	// addressIndex is the Node index by address; named for this package, as
+	// the informer may be shared.
+	addressIndex = "nodetunnel.edgeplane.io/address"
 )
 
 // ServerOptions configure the server's end of node tunnels.
@@ -43,6 +45,12 @@ type ServerOptions struct {
 	// Client reads Nodes: which node an address belongs to, and where its
 	// kubelet listens. Set before Start (the server's own admin client).
 	Client kubernetes.Interface
+	// Informers, when set, gives the shared informer factory Start takes its
+	// Node informer from (the API server's, chain.Server.Informers, which
+	// exists only once the chain has started); the informer is left running
+	// on Stop. Else Start lists and watches Nodes with Client, keeping only
+	// what the tunnel reads of each (trimNode).
+	Informers func() informers.SharedInformerFactory
 	// AddressTypes are the Node address types the API server dials
 	// kubelets at, in order; the probe of a node in ModeAuto dials the
 	// first.
@@ -110,10 +118,20 @@ func (s *Server) Start(ctx context.Context) error {
 		return nil
 	}
 	s.logger = klog.FromContext(ctx).WithName(Name)
-	factory := informers.NewSharedInformerFactoryWithOptions(s.o.Client, 0, informers.WithTransform(trimNode))
+	var factory informers.SharedInformerFactory
+	if s.o.Informers != nil {
+		factory = s.o.Informers()
+	}
+	own := factory == nil
+	if own {
+		factory = informers.NewSharedInformerFactoryWithOptions(s.o.Client, 0, informers.WithTransform(trimNode))
+	}
 	inf := factory.Core().V1().Nodes().Informer()
-	if err := inf.AddIndexers(cache.Indexers{addressIndex: nodeAddresses}); err != nil {
-		return err
+	// A shared informer keeps the index of an earlier Start.
+	if _, ok := inf.GetIndexer().GetIndexers()[addressIndex]; !ok {
+		if err := inf.AddIndexers(cache.Indexers{addressIndex: nodeAddresses}); err != nil {
+			return err
+		}
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.nodes, s.synced, s.cancel, s.done = inf.GetIndexer(), []cache.InformerSynced{inf.HasSynced}, cancel, make(chan struct{})
@@ -121,7 +139,9 @@ func (s *Server) Start(ctx context.Context) error {
 		defer close(s.done)
 		factory.Start(runCtx.Done())
 		<-runCtx.Done()
-		factory.Shutdown()
+		if own {
+			factory.Shutdown()
+		}
 	}()
 	return nil
 }

@@ -50,6 +50,11 @@ type Options struct {
 	// Kubeconfig is the kubeconfig it acts with (it reads Nodes and
 	// Services and updates Services' status).
 	Kubeconfig string
+	// Informers, when set, is the shared informer factory it reads Nodes
+	// and Services from (the API server's, chain.Server.Informers), with
+	// its handlers removed on Stop and the informers left running; else it
+	// lists and watches them with its own.
+	Informers informers.SharedInformerFactory
 }
 
 // Controller keeps LoadBalancer Services' ingress on the Ready nodes.
@@ -91,20 +96,26 @@ func (c *Controller) Start(ctx context.Context) error {
 	}
 	logger := klog.FromContext(ctx).WithName("servicelb")
 	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory, own := c.o.Informers, false
+	if factory == nil {
+		factory, own = informers.NewSharedInformerFactory(client, 0), true
+	}
 	nodeInf := factory.Core().V1().Nodes()
 	svcInf := factory.Core().V1().Services()
 	c.client, c.nodes, c.svcs = client, nodeInf.Lister(), svcInf.Lister()
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "servicelb"})
-	if _, err := svcInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// No resync, whatever the factory's: a change of a node or a Service
+	// is all that queues work.
+	var handlers component.Handlers
+	if err := handlers.Add(svcInf.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueService,
 		UpdateFunc: func(_, obj any) { c.enqueueService(obj) },
 	}); err != nil {
 		cancel()
 		return fmt.Errorf("servicelb: %w", err)
 	}
-	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if err := handlers.Add(nodeInf.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { c.enqueueAll(logger) },
 		UpdateFunc: func(old, obj any) {
 			o, n := old.(*corev1.Node), obj.(*corev1.Node)
@@ -114,16 +125,20 @@ func (c *Controller) Start(ctx context.Context) error {
 		},
 		DeleteFunc: func(any) { c.enqueueAll(logger) },
 	}); err != nil {
+		handlers.Remove(logger)
 		cancel()
 		return fmt.Errorf("servicelb: %w", err)
 	}
-	c.synced = []cache.InformerSynced{nodeInf.Informer().HasSynced, svcInf.Informer().HasSynced}
+	c.synced = handlers.Synced()
 	factory.Start(runCtx.Done())
 	done := make(chan struct{})
 	c.cancel, c.done = cancel, done
 	go func() {
 		defer close(done)
-		defer factory.Shutdown()
+		if own {
+			defer factory.Shutdown()
+		}
+		defer handlers.Remove(logger)
 		defer c.queue.ShutDown()
 		if !cache.WaitForCacheSync(runCtx.Done(), c.synced...) {
 			return

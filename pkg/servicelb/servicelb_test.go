@@ -138,12 +138,28 @@ func waitIngress(t *testing.T, ctx context.Context, cs kubernetes.Interface, svc
 // turning Ready and NotReady, joining and leaving, and Services of another
 // class or type are left alone.
 func TestController(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		name := "own informers"
+		if shared {
+			name = "the API server's informers"
+		}
+		t.Run(name, func(t *testing.T) { testController(t, shared) })
+	}
+}
+
+// testController is TestController with its own informers, or with the API
+// server's (Options.Informers, as the server runs it).
+func testController(t *testing.T, shared bool) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	srv := testapiserver.Start(t, ctx)
 	cs := srv.Client(t)
-	c, err := New(Options{Kubeconfig: srv.Kubeconfig})
+	o := Options{Kubeconfig: srv.Kubeconfig}
+	if shared {
+		o.Informers = srv.Chain.Informers()
+	}
+	c, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +174,10 @@ func TestController(t *testing.T) {
 		}
 		if err := c.Stop(stopCtx); err != nil { // twice is fine
 			t.Error(err)
+		}
+		// The API server's informers outlive the controller.
+		if shared && srv.Chain.Informers().Core().V1().Nodes().Informer().IsStopped() {
+			t.Error("stopping the controller stopped the API server's Node informer")
 		}
 	})
 	readyCtx, readyCancel := context.WithTimeout(ctx, 30*time.Second)

@@ -32,6 +32,8 @@ type Server struct {
 	Kubeconfig string
 	// Dir is the server's data dir (a t.TempDir).
 	Dir string
+	// Chain is the running chain (its Informers are the API server's).
+	Chain *chain.Server
 }
 
 // Options tune StartWith.
@@ -84,8 +86,8 @@ func StartWith(t *testing.T, ctx context.Context, o Options) *Server {
 	if o.Cluster != nil {
 		cfg.Cluster = o.Cluster(pki)
 	}
-	startChain(t, ctx, cfg)
-	return &Server{PKI: pki, Kubeconfig: pki.AdminKubeconfig, Dir: dir}
+	apiserver := startChain(t, ctx, cfg)
+	return &Server{PKI: pki, Kubeconfig: pki.AdminKubeconfig, Dir: dir, Chain: apiserver}
 }
 
 // Client is a clientset with the admin kubeconfig.
