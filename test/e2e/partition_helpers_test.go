@@ -29,7 +29,6 @@ type extraAgent struct {
 	Node, NS, IP, Dir string
 	Ctrd              *testcontainerd.Containerd
 	Agent             *agentProc
-	args              []string
 }
 
 // addAgentNode starts one more agent, node name, in a network namespace of
@@ -58,14 +57,14 @@ func addAgentNode(t *testing.T, c *twoNodeCluster, name string, last int, extra 
 	a.Ctrd = testcontainerd.Start(t, testcontainerd.Options{Netns: a.NS})
 	a.Dir = agentDataDir(t)
 	clusterImages(t, filepath.Join(a.Dir, "agent", "images"), true)
-	a.args = append([]string{"agent", "--config", "", "--server", "https://" + c.ServerIP + ":6443",
+	args := append([]string{"agent", "--config", "", "--server", "https://" + c.ServerIP + ":6443",
 		"--token", serverNodeToken(t, c.Server), "--data-dir", a.Dir,
 		"--node-name", name, "--node-ip", a.IP,
 		"--container-runtime-endpoint", a.Ctrd.Endpoint, "--cni-conf-dir", a.Ctrd.CNIConfDir,
 		"--pause-image", testimage.DefaultPauseName,
 	}, kubelet...)
-	a.args = append(a.args, extra...)
-	a.Agent = startAgentOwned(t, c.owner, nsenterCmd(a.NS, a.args...))
+	args = append(args, extra...)
+	a.Agent = startAgentOwned(t, c.owner, nsenterCmd(a.NS, args...))
 	waitNodeReady(t, c.Server, name)
 	return a
 }
