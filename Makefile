@@ -129,6 +129,16 @@ APICACHE_WINDOW ?= 5m
 bench-apicache:
 	EDGEPLANE_APICACHE_FIGURES=1 EDGEPLANE_APICACHE_WINDOW=$(APICACHE_WINDOW) go test -count=1 -v -timeout 60m -run 'TestAPICacheFigures$$' ./test/e2e/
 
+# An agent's memory at rest (docs/PERFORMANCE.md, "An agent's memory"):
+# VmRSS, anonymous and file RSS from Ready over AGENT_WINDOW, the binary
+# dropped from the page cache first; AGENT_ENV adds configurations
+# (";"-separated environments, e.g. AGENT_ENV='GOGC=100').
+AGENT_WINDOW ?= 30m
+AGENT_ENV ?=
+.PHONY: bench-agent
+bench-agent:
+	EDGEPLANE_AGENT_FIGURES=1 EDGEPLANE_AGENT_WINDOW=$(AGENT_WINDOW) EDGEPLANE_AGENT_FIGURES_ENV='$(AGENT_ENV)' go test -count=1 -v -timeout 180m -run 'TestAgentMemoryFigures$$' ./test/e2e/
+
 .PHONY: bench bench-smoke
 bench:
 	BENCH_COMMAND="make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" ./bench/run.sh $(BENCH_ARGS)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -23,6 +24,7 @@ import (
 	"github.com/edgeplane/edgeplane/pkg/node"
 	"github.com/edgeplane/edgeplane/pkg/nodetoken"
 	"github.com/edgeplane/edgeplane/pkg/nodetunnel"
+	"github.com/edgeplane/edgeplane/pkg/preflight"
 	"github.com/edgeplane/edgeplane/pkg/sdnotify"
 )
 
@@ -152,6 +154,7 @@ func (c CompletedAgentOptions) Validate() []error {
 func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting edgeplane agent", "server", o.Server, "node", o.Node.Name)
+	tuneGoRuntime(ctx, agentGCPercent, preflight.HostMemory())
 	var lock *dataDirLock
 	defer func() { lock.release() }()
 	prepare := func() error {
@@ -211,11 +214,10 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 	if err := mgr.StartBackground(ctx, n); err != nil {
 		return err
 	}
-	ready := background.NewTask("node-ready", func(taskCtx context.Context) {
-		reportReady(taskCtx, n, o.Node.Name, func(state string) { notify(ctx, state) })
-	})
-	if err := mgr.StartBackground(ctx, ready); err != nil {
-		return err
+	for _, task := range agentTasks(n, o.Node.Name, func(state string) { notify(ctx, state) }, startupPagesDelay, releaseStartupPagesAfter) {
+		if err := mgr.StartBackground(ctx, task); err != nil {
+			return err
+		}
 	}
 	if ended := mgr.Watch(ctx); ended != nil {
 		logger.Error(ended.Err, "A component stopped on its own: shutting down", "component", ended.Component)
@@ -224,6 +226,34 @@ func RunAgent(ctx context.Context, o CompletedAgentOptions) (err error) {
 	logger.Info("Shutting down the agent")
 	notifyStopping(ctx)
 	return nil
+}
+
+// agentTasks are the loops an agent runs beside its node: READY=1 to systemd
+// (reportReady, through send), and once the node runs (the first READY=1:
+// Ready, or its kubelet running offline) the release of the binary's
+// start-up pages after delay (release: releaseStartupPagesAfter). An agent
+// maps ~135 MiB of the binary at start (package init, the first lists and
+// syncs of the kubelet, kube-proxy, flannel and the NetworkPolicy
+// controller) and touches a fraction of it again once running
+// (docs/PERFORMANCE.md, "An agent's memory").
+func agentTasks(n readyNode, name string, send func(state string), delay time.Duration, release func(context.Context, time.Duration)) []*background.Task {
+	running := make(chan struct{})
+	var once sync.Once
+	return []*background.Task{
+		background.NewTask("node-ready", func(ctx context.Context) {
+			reportReady(ctx, n, name, func(state string) {
+				send(state)
+				once.Do(func() { close(running) })
+			})
+		}),
+		background.NewTask("startup-pages", func(ctx context.Context) {
+			select {
+			case <-ctx.Done():
+			case <-running:
+				release(ctx, delay)
+			}
+		}),
+	}
 }
 
 // readyNode is what reportReady needs of a node (node.Node).

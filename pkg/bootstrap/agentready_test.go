@@ -68,3 +68,53 @@ func TestAgentReportsReady(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentReleasesStartupPages: an agent releases the binary's start-up
+// pages once its node runs (Ready, or its kubelet running offline), with the
+// delay asked for, once; a node that never runs keeps them (its start-up is
+// not over).
+func TestAgentReleasesStartupPages(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		node fakeReadyNode
+		want bool
+	}{
+		{"online, Ready", fakeReadyNode{kubelet: true, ready: true}, true},
+		{"online, not Ready yet", fakeReadyNode{kubelet: true}, false},
+		{"offline, kubelet runs", fakeReadyNode{offline: true, kubelet: true}, true},
+		{"offline, then Ready", fakeReadyNode{offline: true, kubelet: true, ready: true}, true},
+		{"offline, kubelet not running", fakeReadyNode{offline: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			const delay = 42 * time.Second
+			released := make(chan time.Duration, 2)
+			tasks := agentTasks(tc.node, "edge-a", func(string) {}, delay, func(_ context.Context, d time.Duration) { released <- d })
+			for _, task := range tasks {
+				if err := task.Start(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case d := <-released:
+				if !tc.want {
+					t.Errorf("released the start-up pages of a node that does not run")
+				} else if d != delay {
+					t.Errorf("released after %v, want %v", d, delay)
+				}
+			case <-time.After(200 * time.Millisecond):
+				if tc.want {
+					t.Errorf("the start-up pages of a running node were not released")
+				}
+			}
+			for _, task := range tasks {
+				if err := task.Stop(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := len(released); n != 0 {
+				t.Errorf("released %d more times", n)
+			}
+		})
+	}
+}

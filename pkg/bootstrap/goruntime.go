@@ -18,6 +18,10 @@ const (
 	// holds RSS ~35 MiB under Go's default of 100 with no start-up cost
 	// (docs/PERFORMANCE.md); the small profile uses 25.
 	defaultGCPercent = 50
+	// agentGCPercent is an agent's GOGC: an agent has no profile and no
+	// allocation bursts of a control plane; measured with 10 pods
+	// (docs/PERFORMANCE.md, "An agent's memory").
+	agentGCPercent = 50
 	// defaultBurstHeap is the heap an allocation burst may grow to
 	// (internal/gcpacer): at GOGC=50 a burst of creates ran a GC cycle every
 	// ~0.3 s, and each one stalled the watch events in flight

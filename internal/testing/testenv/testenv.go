@@ -66,6 +66,9 @@ var ByDesign = map[string]string{
 	// Figures of docs/NODES.md, "Offline: the node's API cache" (TestNodePartition checks the behaviour).
 	"apicache-figures": "measures the agent's RSS with the node's API cache and without, its writes idle and during a partition, and an offline restart's time to pods running (docs/NODES.md): " +
 		"a two-node cluster, three windows of EDGEPLANE_APICACHE_WINDOW (default 5m); runs with EDGEPLANE_APICACHE_FIGURES=1 (make bench-apicache), under the e2e lock",
+	// Figures of docs/PERFORMANCE.md, "An agent's memory" (issue 47's agent target).
+	"agent-memory-figures": "measures an agent's VmRSS, RssAnon, RssFile and idle CPU from Ready over a window, the binary dropped from the page cache before each start (docs/PERFORMANCE.md): " +
+		"a two-node cluster, one window of EDGEPLANE_AGENT_WINDOW (default 30m) per configuration; runs with EDGEPLANE_AGENT_FIGURES=1 (make bench-agent), under the e2e lock",
 }
 
 // CI reports whether the tests run in CI, where a missing precondition is a
