@@ -1,7 +1,8 @@
 package chain
 
-// Copied from k8s.io/kubernetes v1.37.2, the only upstream code edgeplane
-// keeps a copy of:
+// Copied from k8s.io/kubernetes v1.37.2 (with the scheduler's Setup in
+// pkg/controllers/upstreamcopy.go, the only upstream code edgeplane keeps a
+// copy of):
 //
 //	cmd/kube-apiserver/app/config.go      NewConfig          -> upstreamNewConfig
 //	pkg/controlplane/apiserver/config.go  BuildGenericConfig -> upstreamBuildGenericConfig
