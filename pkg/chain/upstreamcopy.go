@@ -73,7 +73,8 @@ func upstreamNewConfig(opts options.CompletedOptions, resync time.Duration, adju
 		return nil, err
 	}
 
-	adjust(genericConfig) // edgeplane: before the three servers' configs copy it
+	adjust(genericConfig)                                        // edgeplane: before the three servers' configs copy it
+	versionedInformers = newContextInformers(versionedInformers) // edgeplane: informerstart.go
 
 	kubeAPIs, serviceResolver, pluginInitializer, err := app.CreateKubeAPIServerConfig(opts, genericConfig, versionedInformers, storageFactory)
 	if err != nil {

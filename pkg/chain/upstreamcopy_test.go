@@ -16,7 +16,7 @@ var upstreamCopies = []upstreamcopy.Copy{
 			{"c := &Config{", "c := &app.Config{"},
 			{"controlplaneapiserver.BuildGenericConfig(", "upstreamBuildGenericConfig("},
 			{"\topts.InformerName,\n", "\topts.InformerName,\n\t\tresync,\n"},
-			{"\tkubeAPIs, serviceResolver, pluginInitializer, err := CreateKubeAPIServerConfig(", "\tadjust(genericConfig)\n\n\tkubeAPIs, serviceResolver, pluginInitializer, err := app.CreateKubeAPIServerConfig("},
+			{"\tkubeAPIs, serviceResolver, pluginInitializer, err := CreateKubeAPIServerConfig(", "\tadjust(genericConfig)\n\tversionedInformers = newContextInformers(versionedInformers)\n\n\tkubeAPIs, serviceResolver, pluginInitializer, err := app.CreateKubeAPIServerConfig("},
 		},
 	},
 	{
