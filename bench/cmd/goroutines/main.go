@@ -79,7 +79,7 @@ type goroutine struct{ creator, frame string }
 var (
 	header = regexp.MustCompile(`^goroutine \d+ \[`)
 	// A frame line is a function followed by its arguments: "pkg.F(0x1, ...)".
-	args = regexp.MustCompile(`\((?:0x|\.\.\.|\{|\)).*$`)
+	args = regexp.MustCompile(`\((?:0x|\.\.\.|\{|\)|_).*$`)
 )
 
 // runtimeFrames are the prefixes of frames that say where a goroutine waits,
