@@ -21,7 +21,8 @@ import (
 // the controller-manager one each of what it reads, the scheduler its own
 // non-terminal Pods, the taint-eviction controller its own trimmed Nodes and
 // Pods (autonomy.go), the ingress controller its own stripped Services as its
-// own user. The scheduler's other types (controllers.termInformers) and
+// own user. The scheduler's other types and the root-ca-cert-publisher's
+// Namespaces (controllers.termInformers) and
 // edgeplane's other controllers in the server process (servicelb, the node
 // tunnel, the CSR approver, the local storage provisioner) read the API
 // server's informers and add none (chain.Server.Informers).
@@ -31,7 +32,7 @@ var serverWatches = map[string]int{
 	"persistentvolumeclaims": 2,
 	"storageclasses":         2,
 	"persistentvolumes":      2,
-	"namespaces":             3,
+	"namespaces":             2,
 	"csidrivers":             2,
 	"volumeattachments":      2,
 	"resourceclaims":         2,

@@ -75,8 +75,9 @@ type Options struct {
 
 	// Informers is the API server's shared informer factory
 	// (chain.Server.Informers). The scheduler reads through it every type
-	// but its Pods (termInformers) instead of watching them again; nil: the
-	// scheduler lists and watches everything itself, as upstream's does.
+	// but its Pods, and the root-ca-cert-publisher its Namespaces
+	// (termInformers), instead of watching them again; nil: they list and
+	// watch everything themselves, as upstream's do.
 	Informers informers.SharedInformerFactory
 
 	// NodeMonitorGracePeriod is how long a node may go without renewing its

@@ -50,10 +50,11 @@ type privateType struct {
 	resource schema.GroupVersionResource
 }
 
-// termInformers is one term of an upstream component (the scheduler) reading
-// the API server's shared informer factory (chain.Server.Informers) in place
-// of a factory of its own, so that it opens no second watch of what the API
-// server already lists and watches for itself. Every typed informer it hands
+// termInformers is one term of an upstream component (the scheduler, the
+// root-ca-cert-publisher) reading the API server's shared informer factory
+// (chain.Server.Informers) in place of a factory of its own, so that it opens
+// no second watch of what the API server already lists and watches for
+// itself. Every typed informer it hands
 // out is the API server's, except those of the private types, which come
 // from the component's own factory (the scheduler's Pods: only non-terminal
 // ones, a field selector no other reader shares).
