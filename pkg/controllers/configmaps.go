@@ -78,6 +78,9 @@ func runConfigMapControllers(ctx context.Context, kubeconfig *rest.Config, core 
 	if shared != nil {
 		namespaces = newTermInformers("root-ca-cert-publisher", shared, namespaces, 0)
 	}
+	// Also on the error returns below: the publisher's handlers must not stay
+	// on the API server's informers (Shutdown is idempotent).
+	defer namespaces.Shutdown()
 	signerOpts := bootstrap.DefaultSignerOptions()
 	clusterInfo := informers.NewSharedInformerFactoryWithOptions(informerClient, 0,
 		informers.WithNamespace(signerOpts.ConfigMapNamespace), selecting("metadata.name", signerOpts.ConfigMapName))
