@@ -41,6 +41,7 @@ func (o CompletedOptions) controllerOptions(pki *certs.PKI) controllers.Options 
 // before it, the scheduler first.
 func (s *server) startControllers(ctx context.Context, o CompletedOptions) error {
 	opts := o.controllerOptions(s.pki)
+	opts.Informers = s.chain.Informers()
 	// healthChecked is a component that also reports its health to /readyz.
 	type healthChecked interface {
 		component.Component

@@ -18,24 +18,33 @@ import (
 // serverWatches are the most watches, per resource, a control-plane-only
 // server (--disable=kubelet) holds open on its own API server once started:
 // the API server's own informers (the Node authorizer, admission) one each,
-// the controller-manager and the scheduler one each of what they read, the
-// taint-eviction controller its own trimmed Nodes and Pods (autonomy.go),
-// the ingress controller its own stripped Services as its own user.
+// the controller-manager one each of what it reads, the scheduler its own
+// non-terminal Pods, the taint-eviction controller its own trimmed Nodes and
+// Pods (autonomy.go), the ingress controller its own stripped Services as its
+// own user. The scheduler's other types and the root-ca-cert-publisher's
+// Namespaces (controllers.termInformers) and
 // edgeplane's other controllers in the server process (servicelb, the node
 // tunnel, the CSR approver, the local storage provisioner) read the API
 // server's informers and add none (chain.Server.Informers).
 var serverWatches = map[string]int{
-	"nodes":                  4,
-	"services":               3,
-	"persistentvolumeclaims": 3,
-	"storageclasses":         3,
-	"persistentvolumes":      3,
+	"nodes":                  3,
+	"services":               2,
+	"persistentvolumeclaims": 2,
+	"storageclasses":         2,
+	"persistentvolumes":      2,
+	"namespaces":             2,
+	"csidrivers":             2,
+	"volumeattachments":      2,
+	"resourceclaims":         2,
+	"resourceslices":         2,
+	"deviceclasses":          2,
+	"pods":                   4,
 }
 
 // TestServerControllersShareInformers starts a server in this process and
 // counts, from its API server's apiserver_longrunning_requests, the watches
-// of Nodes, Services, claims, StorageClasses and volumes: a controller of the
-// server that lists and watches them itself again fails it.
+// of each resource in serverWatches: a controller of the server (the
+// scheduler among them) that lists and watches them itself again fails it.
 func TestServerControllersShareInformers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a whole server")

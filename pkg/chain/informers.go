@@ -1,6 +1,8 @@
 package chain
 
 import (
+	"context"
+
 	clientgoinformers "k8s.io/client-go/informers"
 )
 
@@ -39,12 +41,17 @@ func (s *Server) Informers() clientgoinformers.SharedInformerFactory {
 // context bounds every informer it starts.
 type sharedInformers struct {
 	clientgoinformers.SharedInformerFactory
-	stop <-chan struct{}
+	ctx context.Context // the chain's run context
 }
 
 // Start starts the informers asked for since the last Start until the chain
 // stops; the caller's channel is not used.
-func (f *sharedInformers) Start(<-chan struct{}) { f.SharedInformerFactory.Start(f.stop) }
+func (f *sharedInformers) Start(<-chan struct{}) { f.SharedInformerFactory.StartWithContext(f.ctx) }
+
+// StartWithContext is Start: the caller's context is not used either.
+func (f *sharedInformers) StartWithContext(context.Context) {
+	f.SharedInformerFactory.StartWithContext(f.ctx)
+}
 
 // Shutdown does nothing: the informers run until the chain stops.
 func (f *sharedInformers) Shutdown() {}

@@ -141,7 +141,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return r.err
 	}
 	s.state, s.loopback = stateRunning, r.loopback
-	s.informers = &sharedInformers{SharedInformerFactory: r.informers, stop: runCtx.Done()}
+	s.informers = &sharedInformers{SharedInformerFactory: r.informers, ctx: runCtx}
 	s.timeline = newTimeline()
 	go func() {
 		defer close(s.done)

@@ -1,7 +1,8 @@
 package chain
 
-// Copied from k8s.io/kubernetes v1.37.2, the only upstream code edgeplane
-// keeps a copy of:
+// Copied from k8s.io/kubernetes v1.37.2 (with the scheduler's Setup in
+// pkg/controllers/upstreamcopy.go, the only upstream code edgeplane keeps a
+// copy of):
 //
 //	cmd/kube-apiserver/app/config.go      NewConfig          -> upstreamNewConfig
 //	pkg/controlplane/apiserver/config.go  BuildGenericConfig -> upstreamBuildGenericConfig
@@ -72,7 +73,8 @@ func upstreamNewConfig(opts options.CompletedOptions, resync time.Duration, adju
 		return nil, err
 	}
 
-	adjust(genericConfig) // edgeplane: before the three servers' configs copy it
+	adjust(genericConfig)                                        // edgeplane: before the three servers' configs copy it
+	versionedInformers = newContextInformers(versionedInformers) // edgeplane: informerstart.go
 
 	kubeAPIs, serviceResolver, pluginInitializer, err := app.CreateKubeAPIServerConfig(opts, genericConfig, versionedInformers, storageFactory)
 	if err != nil {

@@ -91,8 +91,8 @@ func runTaintEviction(ctx context.Context, kubeconfig *rest.Config, core typedco
 	if err != nil {
 		return fmt.Errorf("controller-manager: %s: %w", names.TaintEvictionController, err)
 	}
-	pods.Start(ctx.Done())
-	nodes.Start(ctx.Done())
+	pods.StartWithContext(ctx)
+	nodes.StartWithContext(ctx)
 	tec.Run(ctx)
 	pods.Shutdown()
 	nodes.Shutdown()

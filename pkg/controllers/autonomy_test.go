@@ -239,7 +239,7 @@ func TestAutonomousNodes(t *testing.T) {
 			return nil
 		}
 		autoPods := []string{"p-auto", deploymentPod.Name, "p-unlabel"}
-		holdUntil(t, ctx, "autonomous nodes' pods kept", latest(tainted, "edge-auto", "edge-unlabel").Add(testToleration*time.Second+testMargin),
+		holdUntil(t, ctx, "autonomous nodes' pods kept", latestOf(tainted, "edge-auto", "edge-unlabel").Add(testToleration*time.Second+testMargin),
 			func(ctx context.Context) error { return kept(ctx, autoPods...) })
 		holdUntil(t, ctx, "the pod of the node labelled while tainted kept", tainted["edge-label"].Add(3*testToleration*time.Second+testMargin),
 			func(ctx context.Context) error { return kept(ctx, "p-label") })

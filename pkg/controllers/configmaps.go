@@ -44,8 +44,9 @@ const configMapControllersInformerAgent = "/configmap-controller-informers"
 // upstream's shared informers do; each controller writes with its own
 // service account's token and the RBAC role upstream bootstraps for it
 // (core: the client that requests those tokens). rootCAFile is the cluster
-// CA to publish.
-func runConfigMapControllers(ctx context.Context, kubeconfig *rest.Config, core typedcorev1.CoreV1Interface, rootCAFile string) error {
+// CA to publish. With shared (the API server's informers), the publisher
+// reads Namespaces from them (termInformers) instead of watching them again.
+func runConfigMapControllers(ctx context.Context, kubeconfig *rest.Config, core typedcorev1.CoreV1Interface, rootCAFile string, shared informers.SharedInformerFactory) error {
 	rootCA, err := os.ReadFile(rootCAFile)
 	if err != nil {
 		return fmt.Errorf("controller-manager: root CA for %s: %w", rootCAConfigMap, err)
@@ -73,7 +74,13 @@ func runConfigMapControllers(ctx context.Context, kubeconfig *rest.Config, core 
 	}
 	// One factory per filter: a factory's tweak applies to all its informers.
 	rootCAs := informers.NewSharedInformerFactoryWithOptions(informerClient, 0, selecting("metadata.name", rootCAConfigMap))
-	namespaces := informers.NewSharedInformerFactory(informerClient, 0)
+	var namespaces informers.SharedInformerFactory = informers.NewSharedInformerFactory(informerClient, 0)
+	if shared != nil {
+		namespaces = newTermInformers("root-ca-cert-publisher", shared, namespaces, 0)
+	}
+	// Also on the error returns below: the publisher's handlers must not stay
+	// on the API server's informers (Shutdown is idempotent).
+	defer namespaces.Shutdown()
 	signerOpts := bootstrap.DefaultSignerOptions()
 	clusterInfo := informers.NewSharedInformerFactoryWithOptions(informerClient, 0,
 		informers.WithNamespace(signerOpts.ConfigMapNamespace), selecting("metadata.name", signerOpts.ConfigMapName))
@@ -91,7 +98,7 @@ func runConfigMapControllers(ctx context.Context, kubeconfig *rest.Config, core 
 
 	factories := []informers.SharedInformerFactory{rootCAs, namespaces, clusterInfo, tokens}
 	for _, f := range factories {
-		f.Start(ctx.Done())
+		f.StartWithContext(ctx)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { publisher.Run(ctx, 1) })

@@ -111,7 +111,7 @@ func (m *ControllerManager) term(ctx context.Context, ready func()) error {
 	// upstream's too (autonomy.go).
 	var configMapsErr error
 	wg.Go(func() {
-		if configMapsErr = runConfigMapControllers(termCtx, c.Kubeconfig, c.Client.CoreV1(), s.SAController.RootCAFile); configMapsErr != nil {
+		if configMapsErr = runConfigMapControllers(termCtx, c.Kubeconfig, c.Client.CoreV1(), s.SAController.RootCAFile, m.opts.Informers); configMapsErr != nil {
 			cancel()
 		}
 	})

@@ -30,7 +30,8 @@ func TestInProcess(t *testing.T) {
 	}
 	logger, ctx := ktesting.NewTestContext(t)
 	_ = logger
-	pki := testapiserver.Start(t, ctx).PKI
+	srv := testapiserver.Start(t, ctx)
+	pki := srv.PKI
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", pki.AdminKubeconfig)
 	if err != nil {
@@ -38,7 +39,7 @@ func TestInProcess(t *testing.T) {
 	}
 	client := kubernetes.NewForConfigOrDie(cfg)
 	_, serviceCIDR, _ := net.ParseCIDR("10.43.0.0/16")
-	opts := Options{PKI: pki, ServiceCIDR: serviceCIDR}
+	opts := Options{PKI: pki, ServiceCIDR: serviceCIDR, Informers: srv.Chain.Informers()}
 
 	for round := 1; round <= 2; round++ {
 		cm, err := NewControllerManager(opts)

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/informers"
 	netutils "k8s.io/utils/net"
 
 	"github.com/edgeplane/edgeplane/pkg/certs"
@@ -71,6 +72,13 @@ type Options struct {
 	// Lean turns off controllers an edge host can do without, for memory
 	// (the small profile; see leanDisabledControllers).
 	Lean bool
+
+	// Informers is the API server's shared informer factory
+	// (chain.Server.Informers). The scheduler reads through it every type
+	// but its Pods, and the root-ca-cert-publisher its Namespaces
+	// (termInformers), instead of watching them again; nil: they list and
+	// watch everything themselves, as upstream's do.
+	Informers informers.SharedInformerFactory
 
 	// NodeMonitorGracePeriod is how long a node may go without renewing its
 	// Lease before the node lifecycle controller marks it NotReady

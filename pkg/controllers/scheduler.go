@@ -7,13 +7,19 @@ import (
 	"net/http"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/configz"
 	schedapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	schedconfig "k8s.io/kubernetes/cmd/kube-scheduler/app/config"
 )
 
 // schedulerConfigz is the configz section kube-scheduler's Run registers.
 const schedulerConfigz = "componentconfig"
+
+// schedulerResync is the resync period of upstream's scheduler informers
+// (options.Config: none), which its handlers keep on the API server's.
+const schedulerResync = 0
 
 // Scheduler runs kube-scheduler in-process. It implements the bootstrap
 // component contract and healthz.HealthChecker.
@@ -67,8 +73,22 @@ func (s *Scheduler) term(ctx context.Context, ready func()) error {
 
 	termCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cc, sched, err := schedapp.Setup(termCtx, opts)
+	// With the API server's informers, Pods stay the scheduler's own: it
+	// lists and watches only non-terminal ones.
+	var shared *termInformers
+	adjust := func(cc *schedconfig.CompletedConfig) {
+		if s.opts.Informers == nil {
+			return
+		}
+		shared = newTermInformers(s.Name(), s.opts.Informers, cc.InformerFactory, schedulerResync,
+			privateType{obj: &corev1.Pod{}, resource: corev1.SchemeGroupVersion.WithResource("pods")})
+		cc.InformerFactory = shared
+	}
+	cc, sched, err := upstreamSchedulerSetup(termCtx, opts, adjust)
 	if err != nil {
+		if shared != nil {
+			shared.Shutdown() // handlers a half-built scheduler registered
+		}
 		return fmt.Errorf("scheduler: setup: %w", err)
 	}
 	configz.Delete(schedulerConfigz)
@@ -84,7 +104,8 @@ func (s *Scheduler) term(ctx context.Context, ready func()) error {
 	err = schedapp.Run(termCtx, cc, sched)
 	cancel()
 	wg.Wait()
-	// Run does not wait for the informers it started.
+	// Run does not wait for the informers it started. With the API
+	// server's informers this removes the scheduler's handlers from them.
 	cc.InformerFactory.Shutdown()
 	if cc.DynInformerFactory != nil {
 		cc.DynInformerFactory.Shutdown()

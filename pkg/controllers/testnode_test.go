@@ -186,8 +186,8 @@ func unreachableSince(node *corev1.Node) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// latest is the latest of the nodes' times.
-func latest(times map[string]time.Time, nodes ...string) time.Time {
+// latestOf is the latest of the nodes' times.
+func latestOf(times map[string]time.Time, nodes ...string) time.Time {
 	var l time.Time
 	for _, n := range nodes {
 		if times[n].After(l) {

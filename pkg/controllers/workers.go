@@ -14,14 +14,20 @@ var leanDisabledControllers = []string{names.ValidatingAdmissionPolicyStatusCont
 
 // capWorkers lowers every controller's concurrent syncs to at most max
 // (a resource profile's setting; 0 keeps upstream's defaults). Upstream runs
-// 5-20 workers per controller, ~290 goroutines in all, sized for clusters of
-// thousands of objects; an edge host has tens.
+// 5-50 workers per controller (the ResourceClaim controller 50), sized for
+// clusters of thousands of objects; an edge host has tens. TestCapWorkers
+// finds every concurrent-syncs setting of the options, so that one upstream
+// adds is not left at its default. Some controllers have no setting
+// (the node IPAM range allocator's 30 workers, the CSR controllers' 5 each).
 func capWorkers(s *cmoptions.KubeControllerManagerOptions, max int32) {
 	if max <= 0 {
 		return
 	}
 	for _, p := range []*int32{
 		&s.DaemonSetController.ConcurrentDaemonSetSyncs,
+		&s.DeviceTaintEvictionController.ConcurrentSyncs,
+		&s.DisruptionController.ConcurrentDisruptionSyncs,
+		&s.ResourceClaimController.ConcurrentSyncs,
 		&s.DeploymentController.ConcurrentDeploymentSyncs,
 		&s.StatefulSetController.ConcurrentStatefulSetSyncs,
 		&s.EndpointController.ConcurrentEndpointSyncs,

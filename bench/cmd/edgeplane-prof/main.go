@@ -9,7 +9,8 @@
 //	                            -pprof=sync|sched|net for where start-up waits)
 //	EDGEPLANE_PROF_HEAP=60s,10m heap and goroutine profiles that long after start
 //	                            (heap-60s.pprof, goroutine-60s.pprof, ...), each with the
-//	                            runtime's memory statistics (memstats-60s.txt)
+//	                            runtime's memory statistics (memstats-60s.txt) and every
+//	                            goroutine's stack and creator (goroutine-60s.txt, debug=2)
 //	EDGEPLANE_FREE_AFTER=10s    an experiment: debug.FreeOSMemory() that long after start,
 //	EDGEPLANE_SET_GOGC=25       after first setting the GC percent to this (start-up keeps GOGC)
 //
@@ -86,6 +87,11 @@ func writeHeap(dir, name string) {
 	}
 	if f, err := os.Create(filepath.Join(dir, "goroutine-"+name+".pprof")); err == nil {
 		_ = pprof.Lookup("goroutine").WriteTo(f, 0)
+		f.Close()
+	}
+	// debug=2 is the only form that names each goroutine's creator ("created by").
+	if f, err := os.Create(filepath.Join(dir, "goroutine-"+name+".txt")); err == nil {
+		_ = pprof.Lookup("goroutine").WriteTo(f, 2)
 		f.Close()
 	}
 	var m runtime.MemStats
