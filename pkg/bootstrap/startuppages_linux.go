@@ -9,20 +9,29 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // releaseStartupPages unmaps every page of the executable's read-only
 // mappings (code, read-only data, the function tables) from this process with
-// madvise(MADV_DONTNEED). The pages stay in the page cache: the ones still in
-// use are mapped again on their next touch (a minor fault), the ones only
-// start-up used (package init, building the OpenAPI documents and the API
-// routes) stay unmapped, where the kernel reclaims them before mapped
-// executable pages. The writable data segment is not touched: dropping it
-// would lose the process's changes. Nor is the part of it that the dynamic
-// loader makes read-only after relocating it (RELRO: the GOT, .data.rel.ro)
-// in a binary built with cgo or as PIE: dropping it would put back the file's
-// unrelocated pointers. Only mappings inside the ELF's read-only loadable
-// segments are released. It returns the bytes of the mappings it released.
+// madvise(MADV_DONTNEED), marks those mappings MADV_RANDOM and drops the
+// executable's pages that no process maps from the page cache
+// (posix_fadvise(POSIX_FADV_DONTNEED)). The ones still in use are read again
+// on their next touch, one page each (MADV_RANDOM: no read-ahead around a
+// fault); the ones only start-up used (package init, building the OpenAPI
+// documents and the API routes, the first lists and syncs) stay out of
+// memory. Without the drop, a fault also maps the cached pages around the one
+// touched (the kernel's fault-around), and read-ahead brings in more: an
+// agent's file-backed RSS settled at ~59 MiB instead of ~35
+// (docs/PERFORMANCE.md, "An agent's memory"). Another process running the
+// same binary keeps the pages it maps. The writable data segment is not
+// touched: dropping it would lose the process's changes. Nor is the part of
+// it that the dynamic loader makes read-only after relocating it (RELRO: the
+// GOT, .data.rel.ro) in a binary built with cgo or as PIE: dropping it would
+// put back the file's unrelocated pointers. Only mappings inside the ELF's
+// read-only loadable segments are released. It returns the bytes of the
+// mappings it released.
 func releaseStartupPages() (uint64, error) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
@@ -52,6 +61,17 @@ func releaseStartupPages() (uint64, error) {
 			return released, fmt.Errorf("madvise(MADV_DONTNEED) %#x-%#x: %w", r.start, r.end, errno)
 		}
 		released += uint64(r.end - r.start)
+		if _, _, errno := syscall.Syscall(syscall.SYS_MADVISE, r.start, r.end-r.start, syscall.MADV_RANDOM); errno != 0 {
+			return released, fmt.Errorf("madvise(MADV_RANDOM) %#x-%#x: %w", r.start, r.end, errno)
+		}
+	}
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return released, fmt.Errorf("opening the executable: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return released, fmt.Errorf("dropping the executable's unmapped pages from the page cache: %w", err)
 	}
 	return released, nil
 }

@@ -2,13 +2,18 @@ package bootstrap
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/edgeplane/edgeplane/internal/pagecache"
 	"github.com/edgeplane/edgeplane/internal/procfs"
 )
 
@@ -100,11 +105,42 @@ func TestReleaseStartupPages(t *testing.T) {
 		}
 		return v
 	}
+	// The binary as installed: written back, all of it in the page cache.
+	exe, err := os.Open("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	if err := exe.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, exe); err != nil {
+		t.Fatal(err)
+	}
+	cachedBefore, err := pagecache.Resident(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
 	before := rssFile()
 	released, err := releaseStartupPages()
 	after := rssFile()
 	if err != nil {
 		t.Fatal(err)
+	}
+	cachedAfter, err := pagecache.Resident(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(exe.Fd()), &fs); err != nil {
+		t.Fatal(err)
+	}
+	// On tmpfs the pages are the file: they cannot be dropped.
+	if fs.Type != unix.TMPFS_MAGIC && cachedAfter > cachedBefore/2 {
+		t.Errorf("the executable's pages in the page cache: %d MiB before the release, %d MiB after: want its unmapped pages dropped", cachedBefore>>20, cachedAfter>>20)
+	}
+	if notRandom := mappingsWithoutRandomRead(t); len(notRandom) > 0 {
+		t.Errorf("released mappings without MADV_RANDOM (VmFlags rr): %s", notRandom)
 	}
 	if released == 0 {
 		t.Fatal("no mapping of the test binary was released")
@@ -119,7 +155,41 @@ func TestReleaseStartupPages(t *testing.T) {
 	if got, err := readOnlyMappings([]byte("1000-2000 r-xp 0 08:01 1 /x"), "/x", 1, fileSegments{readOnly: []mapping{{0, 0x1000}}}); err != nil || len(got) != 1 {
 		t.Fatalf("after the release: %v, %v", got, err)
 	}
-	t.Logf("released %d MiB of mappings; file-backed RSS %d -> %d MiB", released>>20, before>>20, after>>20)
+	t.Logf("released %d MiB of mappings; file-backed RSS %d -> %d MiB; the executable in the page cache %d -> %d MiB", released>>20, before>>20, after>>20, cachedBefore>>20, cachedAfter>>20)
+}
+
+// mappingsWithoutRandomRead lists the executable's read-only mappings (those
+// releaseStartupPages releases) whose VmFlags in /proc/self/smaps lack rr
+// (MADV_RANDOM).
+func mappingsWithoutRandomRead(t *testing.T) []string {
+	t.Helper()
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	segments, err := readOnlySegments("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	var header string // the mapping's line, while it is one of the executable's read-only ones
+	for _, line := range strings.Split(string(smaps), "\n") {
+		if f := strings.Fields(line); len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
+			header = ""
+			if got, err := readOnlyMappings([]byte(line), exe, 0, segments); err == nil && len(got) == 1 {
+				header = line
+			}
+			continue
+		}
+		if flags, ok := strings.CutPrefix(line, "VmFlags:"); ok && header != "" && !slices.Contains(strings.Fields(flags), "rr") {
+			out = append(out, header)
+		}
+	}
+	return out
 }
 
 // assertMappingsMatchFile compares the memory of each mapping
