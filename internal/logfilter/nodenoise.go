@@ -57,6 +57,11 @@ var nodeNoise = []noiseEntry{
 		source: upstreamSource{kubernetes, "pkg/kubelet/kubelet.go", `logger.Error(err, "Skipping pod synchronization")`},
 	},
 	{
+		text:   `"Skipping pod synchronization" err="PLEG is not healthy: pleg has yet to be successful"`,
+		why:    "the kubelet's runtime status check has run but its first pod lifecycle relist has not finished yet (a runtime slow to answer its first list); the next check, 100 ms later, passes",
+		source: upstreamSource{kubernetes, "pkg/kubelet/kubelet.go", `logger.Error(err, "Skipping pod synchronization")`},
+	},
+	{
 		text:   "Image garbage collection failed once. Stats initialization may not have completed yet",
 		why:    "the first image GC runs before the image filesystem's stats exist; repeated failures have a message of their own",
 		source: upstreamSource{kubernetes, "pkg/kubelet/kubelet.go", `logger.Error(err, "Image garbage collection failed once. Stats initialization may not have completed yet")`},
