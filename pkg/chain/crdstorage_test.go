@@ -2,7 +2,6 @@ package chain
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -36,22 +35,7 @@ func TestCustomResourcesOnSharedClients(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	env := newChainEnv(t, ctx)
-	s, _ := env.newServer(t, filepath.Join(t.TempDir(), "config"), func(c *Config) {
-		c.Storage.InProcess = env.store.Client().InProcess
-	})
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stopCtx, c := context.WithTimeout(context.Background(), time.Minute)
-		defer c()
-		if err := s.Stop(stopCtx); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := s.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := env.startInProcessServer(t, ctx)
 	cfg := s.LoopbackConfig()
 	crds, err := apiextensionsclient.NewForConfig(cfg)
 	if err != nil {

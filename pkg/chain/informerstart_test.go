@@ -30,22 +30,7 @@ func TestInformerStartGoroutines(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	env := newChainEnv(t, ctx)
-	s, _ := env.newServer(t, filepath.Join(t.TempDir(), "config"), func(c *Config) {
-		c.Storage.InProcess = env.store.Client().InProcess
-	})
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stopCtx, c := context.WithTimeout(context.Background(), time.Minute)
-		defer c()
-		if err := s.Stop(stopCtx); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := s.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := env.startInProcessServer(t, ctx)
 	stop := make(chan struct{})
 	defer close(stop)
 
@@ -117,4 +102,27 @@ func goroutineDump(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// startInProcessServer starts a chain on env's datastore in the process
+// and waits until it is ready; the test's end stops it.
+func (env *chainEnv) startInProcessServer(t *testing.T, ctx context.Context) *Server {
+	t.Helper()
+	s, _ := env.newServer(t, filepath.Join(t.TempDir(), "config"), func(c *Config) {
+		c.Storage.InProcess = env.store.Client().InProcess
+	})
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stopCtx, c := context.WithTimeout(context.Background(), time.Minute)
+		defer c()
+		if err := s.Stop(stopCtx); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := s.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
