@@ -39,14 +39,24 @@ const (
 	// minMemoryLimit keeps the soft limit well above the process's natural
 	// size (~170-200 MiB of heap): a limit below it makes the GC run non-stop.
 	minMemoryLimit = 512 << 20
+	// codeReserve is the memory kept out of the Go runtime's reach on a host
+	// (or under a cgroup limit) smaller than 2 × minMemoryLimit: the binary's
+	// code and read-only data that a running server keeps mapped (file-backed
+	// RSS 38-51 MiB in the 256 MiB board run, docs/PERFORMANCE.md). Memory the
+	// heap takes from it the kernel takes back from the code, which then
+	// faults in again from disk, thousands of pages a minute, while the
+	// collector would have freed the heap for a little CPU.
+	codeReserve = 64 << 20
 	// startupPagesDelay is how long after ready the binary's start-up pages
 	// are released: by then the one-off start-up work (informers' first
 	// lists, the controllers' first sync, the OpenAPI aggregation) is done.
 	startupPagesDelay = 30 * time.Second
 )
 
-// tuneGoRuntime sets GOGC (the profile's) and a GOMEMLIMIT ceiling (half the
-// memory this process may use, at least 512 MiB) unless the user set them.
+// tuneGoRuntime sets GOGC (the profile's) and a GOMEMLIMIT ceiling
+// (memoryLimit: half the memory this process may use, at least 512 MiB, but
+// on a small host or cgroup its memory less codeReserve) unless the user set
+// them.
 // It returns the GC percent it set (0: the user's GOGC stands).
 func tuneGoRuntime(ctx context.Context, profileGCPercent int, hostMemory uint64) int {
 	gcPercent, limit := goRuntimeSettings(os.Getenv("GOGC") != "", os.Getenv("GOMEMLIMIT") != "", profileGCPercent, hostMemory)
@@ -66,10 +76,30 @@ func goRuntimeSettings(gogcSet, limitSet bool, profileGCPercent int, hostMemory 
 		gcPercent = profileGCPercent
 	}
 	if !limitSet && hostMemory > 0 {
-		l := max(hostMemory/2, minMemoryLimit)
-		limit = int64(min(l, hostMemory))
+		limit = int64(memoryLimit(hostMemory))
 	}
 	return gcPercent, limit
+}
+
+// memoryLimit is the soft memory limit for a host (or cgroup) of hostMemory
+// bytes: half of it, at least minMemoryLimit, and never more than hostMemory
+// less codeReserve (or, below 2 × codeReserve, half of it).
+func memoryLimit(hostMemory uint64) uint64 {
+	ceiling := hostMemory / 2
+	if hostMemory > 2*codeReserve {
+		ceiling = hostMemory - codeReserve
+	}
+	return max(hostMemory/2, min(minMemoryLimit, ceiling))
+}
+
+// burstRSSCeiling is the resident memory at which the GC pacer stops letting
+// an allocation burst grow the heap: the profile's, and on a host smaller
+// than that the soft memory limit (0 when unknown: the profile's).
+func burstRSSCeiling(profileCeiling, hostMemory uint64) uint64 {
+	if hostMemory == 0 {
+		return profileCeiling
+	}
+	return min(profileCeiling, memoryLimit(hostMemory))
 }
 
 // paceGC runs the GC pacer (internal/gcpacer) until shutdown; it is off when

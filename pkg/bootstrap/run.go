@@ -275,7 +275,7 @@ func (s *server) chainConfig(o CompletedOptions, listener net.Listener, day2 cha
 // components the manager stops: the GC pacer, the release of the binary's
 // start-up pages, and the datastore fault hook when a test asks for it.
 func (s *server) startBackground(ctx context.Context, o CompletedOptions, gcPercent int) error {
-	pacer := gcpacer.Config{BasePercent: gcPercent, BurstHeap: o.Profile.BurstHeap, RSSCeiling: o.Profile.BurstRSSCeiling}
+	pacer := gcpacer.Config{BasePercent: gcPercent, BurstHeap: o.Profile.BurstHeap, RSSCeiling: burstRSSCeiling(o.Profile.BurstRSSCeiling, o.HostMemory)}
 	tasks := []*background.Task{
 		background.NewTask("gc-pacer", func(ctx context.Context) { paceGC(ctx, pacer) }),
 		background.NewTask("startup-pages", func(ctx context.Context) { releaseStartupPagesAfter(ctx, startupPagesDelay) }),

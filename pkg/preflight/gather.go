@@ -211,14 +211,17 @@ func memTotal(path string) uint64 {
 }
 
 // cgroupFacts tells the cgroup version, whether the memory controller is
-// on, and the memory limit of this process's cgroup.
+// on, and the memory limit of this process's cgroup: the lowest limit on
+// the path from it up to the hierarchy's root, as a limit on a parent (a
+// systemd slice, a board's cgroup over every part) holds its children too.
 func cgroupFacts(procDir, cgroupDir string) (version string, memory bool, limit uint64) {
+	self := readString(filepath.Join(procDir, "self/cgroup"))
 	if controllers, err := os.ReadFile(filepath.Join(cgroupDir, "cgroup.controllers")); err == nil {
 		memory = slices.Contains(strings.Fields(string(controllers)), "memory")
 		// This process's cgroup: "0::/path".
-		for _, line := range strings.Split(readString(filepath.Join(procDir, "self/cgroup")), "\n") {
+		for _, line := range strings.Split(self, "\n") {
 			if rest, ok := strings.CutPrefix(line, "0::"); ok {
-				limit = parseLimit(readString(filepath.Join(cgroupDir, rest, "memory.max")))
+				limit = lowestLimit(cgroupDir, rest, "memory.max")
 			}
 		}
 		return "v2", memory, limit
@@ -234,8 +237,33 @@ func cgroupFacts(procDir, cgroupDir string) (version string, memory bool, limit 
 			memory = fields[3] == "1"
 		}
 	}
-	limit = parseLimit(readString(filepath.Join(cgroupDir, "memory", "memory.limit_in_bytes")))
+	// This process's memory cgroup: "N:memory:/path" (or the controller
+	// among others, "N:cpu,memory:/path"); "/" in a container with its own
+	// cgroup namespace, where the mount's root is the container's cgroup.
+	path := "/"
+	for _, line := range strings.Split(self, "\n") {
+		if f := strings.SplitN(line, ":", 3); len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "memory") {
+			path = f[2]
+		}
+	}
+	limit = lowestLimit(filepath.Join(cgroupDir, "memory"), path, "memory.limit_in_bytes")
 	return "v1", memory, limit
+}
+
+// lowestLimit is the lowest limit (0: none) that file states in the cgroup
+// at path under root and in its ancestors up to root itself. A directory
+// that is not there (the path of a cgroup outside this mount namespace's
+// view) is skipped.
+func lowestLimit(root, path, file string) uint64 {
+	var lowest uint64
+	for dir := filepath.Clean("/" + path); ; dir = filepath.Dir(dir) {
+		if l := parseLimit(readString(filepath.Join(root, dir, file))); l != 0 && (lowest == 0 || l < lowest) {
+			lowest = l
+		}
+		if dir == "/" {
+			return lowest
+		}
+	}
 }
 
 // parseLimit reads a cgroup memory limit; "max" or absurdly large values

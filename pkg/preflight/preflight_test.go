@@ -147,3 +147,67 @@ func TestGather(t *testing.T) {
 func errorsIsInUse(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "address already in use")
 }
+
+func TestCgroupMemoryLimit(t *testing.T) {
+	const unlimitedV1 = "9223372036854771712\n"
+	for _, tc := range []struct {
+		name        string
+		files       map[string]string // under proc/ and cgroup/
+		wantVersion string
+		want        uint64
+	}{
+		{"v2: the process's own cgroup", map[string]string{
+			"proc/self/cgroup":                                 "0::/system.slice/edgeplane.service\n",
+			"cgroup/cgroup.controllers":                        "cpu memory\n",
+			"cgroup/system.slice/memory.max":                   "max\n",
+			"cgroup/system.slice/edgeplane.service/memory.max": "536870912\n",
+		}, "v2", 512 * MiB},
+		{"v2: a parent's lower limit holds", map[string]string{
+			"proc/self/cgroup":                  "0::/board/edgeplane\n",
+			"cgroup/cgroup.controllers":         "cpu memory\n",
+			"cgroup/board/memory.max":           "402653184\n",
+			"cgroup/board/edgeplane/memory.max": "max\n",
+		}, "v2", 384 * MiB},
+		{"v2: no limit", map[string]string{
+			"proc/self/cgroup":             "0::/user.slice\n",
+			"cgroup/cgroup.controllers":    "cpu memory\n",
+			"cgroup/user.slice/memory.max": "max\n",
+		}, "v2", 0},
+		{"v1: the process's own memory cgroup, not the hierarchy's root", map[string]string{
+			"proc/cgroups":                        "#subsys_name hierarchy num_cgroups enabled\nmemory 4 90 1\n",
+			"proc/self/cgroup":                    "12:cpu,cpuacct:/other\n4:memory:/edgeplane-board/edgeplane\n0::/\n",
+			"cgroup/memory/memory.limit_in_bytes": unlimitedV1,
+			"cgroup/memory/edgeplane-board/memory.limit_in_bytes":           unlimitedV1,
+			"cgroup/memory/edgeplane-board/edgeplane/memory.limit_in_bytes": "268435456\n",
+		}, "v1", 256 * MiB},
+		{"v1: a parent's lower limit holds", map[string]string{
+			"proc/cgroups":                                        "memory 4 90 1\n",
+			"proc/self/cgroup":                                    "4:memory:/board/edgeplane\n",
+			"cgroup/memory/memory.limit_in_bytes":                 unlimitedV1,
+			"cgroup/memory/board/memory.limit_in_bytes":           "402653184\n",
+			"cgroup/memory/board/edgeplane/memory.limit_in_bytes": unlimitedV1,
+		}, "v1", 384 * MiB},
+		{"v1: in a container, the mount's root is its cgroup", map[string]string{
+			"proc/cgroups":                        "memory 4 90 1\n",
+			"proc/self/cgroup":                    "4:memory:/docker/0123abcd\n",
+			"cgroup/memory/memory.limit_in_bytes": "1073741824\n",
+		}, "v1", 1024 * MiB},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for path, data := range tc.files {
+				full := filepath.Join(dir, path)
+				if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(full, []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			version, _, limit := cgroupFacts(filepath.Join(dir, "proc"), filepath.Join(dir, "cgroup"))
+			if version != tc.wantVersion || limit != tc.want {
+				t.Fatalf("cgroupFacts = %s, limit %d MiB; want %s, %d MiB", version, limit/MiB, tc.wantVersion, tc.want/MiB)
+			}
+		})
+	}
+}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -288,5 +290,41 @@ func TestFaultRates(t *testing.T) {
 	_, worst = faultRates(s, 0, 200)
 	if worst < 150 {
 		t.Errorf("worst minute with the burst %.2f/min, want >= 150 (the burst's 100 in 30 s, as a rate)", worst)
+	}
+}
+
+func TestReadAheadDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a loop device and a mount")
+	}
+	for _, tool := range []string{"losetup", "mkfs.ext4", "mount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "edgeplane")
+	want := bytes.Repeat([]byte("edgeplane"), 100_000)
+	if err := os.WriteFile(bin, want, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := newReadAheadDisk(bin, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(d.bin)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Errorf("the binary's copy: %d bytes (err %v), want the %d of the original", len(got), err, len(want))
+	}
+	if kb := hostReadAheadKB(d.bin); kb != 128 {
+		t.Errorf("the copy's disk reads ahead %d KiB, want 128", kb)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(d.dir); !os.IsNotExist(err) {
+		t.Errorf("after Close, %s: %v, want it removed", d.dir, err)
+	}
+	if out, _ := exec.Command("losetup", "-j", filepath.Join(d.dir, "disk.img")).Output(); len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("after Close the loop device is still attached: %s", out)
 	}
 }

@@ -107,6 +107,9 @@ type options struct {
 	extraArgs                          []string
 	cgroupRoot                         string
 	keepPageCache                      bool
+	// readAheadKB: the read-ahead of the disk the binary runs from (0: the
+	// host's disk, where -bin is); hostReadAheadKB: that of -bin's disk.
+	readAheadKB, hostReadAheadKB int
 }
 
 func parseOptions(args []string) (*options, error) {
@@ -124,6 +127,7 @@ func parseOptions(args []string) (*options, error) {
 	fs.DurationVar(&o.kubectlEvery, "kubectl-every", 5*time.Second, "how often `kubectl get pods -A` runs during the workload")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the host mounts its cgroups")
 	fs.BoolVar(&o.keepPageCache, "keep-page-cache", false, "do not drop the edgeplane binary from the page cache before each configuration (its cached pages are charged to the cgroup that read them first, not to the limited one)")
+	fs.IntVar(&o.readAheadKB, "read-ahead-kb", defaultReadAheadKB, "run a copy of the binary from a loop-mounted ext4 filesystem with this read-ahead in KiB, a board's SD card's by default (0: run -bin from the host's disk, with the host's read-ahead)")
 	extra := fs.String("edgeplane-args", "", "extra flags for every edgeplane server, space-separated")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -157,6 +161,10 @@ type result struct {
 	// BinaryCachedBefore: the bytes of the edgeplane binary in the page
 	// cache before they were dropped (0 with -keep-page-cache).
 	BinaryCachedBefore int64 `json:"binary_cached_before_drop"`
+	// ReadAheadKB: the read-ahead of the disk the binary ran from (0: the
+	// host's, HostReadAheadKB; -1: unknown).
+	ReadAheadKB     int `json:"read_ahead_kb"`
+	HostReadAheadKB int `json:"host_read_ahead_kb"`
 
 	StartSec   float64 `json:"start_s"`   // edgeplane start to node and CoreDNS Ready
 	PodsUpSec  float64 `json:"pods_up_s"` // the workload created to all up
@@ -235,14 +243,27 @@ func main() {
 		os.Exit(2)
 	}
 	if o.logDir == "" {
-		if o.logDir, err = os.MkdirTemp("", "board-logs-"); err != nil {
-			fmt.Fprintln(os.Stderr, "board:", err)
+		o.logDir, err = os.MkdirTemp("", "board-logs-")
+	} else {
+		err = os.MkdirAll(o.logDir, 0o700)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "board: the log directory:", err)
+		os.Exit(1)
+	}
+	o.hostReadAheadKB = hostReadAheadKB(o.bin)
+	var disk *readAheadDisk
+	if o.readAheadKB > 0 {
+		if disk, err = newReadAheadDisk(o.bin, o.readAheadKB); err != nil {
+			fmt.Fprintf(os.Stderr, "board: the binary's disk: %v (-read-ahead-kb 0 runs -bin from the host's disk)\n", err)
 			os.Exit(1)
 		}
+		o.bin = disk.bin
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	fmt.Fprintf(os.Stderr, "board: cgroup %s, CPU quota %.2f host core, idle %s, logs in %s\n", host.version, o.cpuShare, o.idle, o.logDir)
+	fmt.Fprintf(os.Stderr, "board: cgroup %s, CPU quota %.2f host core, idle %s, binary read-ahead %s (host's disk %d KiB), logs in %s\n",
+		host.version, o.cpuShare, o.idle, readAheadText(o.readAheadKB, o.hostReadAheadKB), o.hostReadAheadKB, o.logDir)
 	var results []*result
 	failed := false
 	for i, c := range o.configs {
@@ -265,15 +286,33 @@ func main() {
 		}
 	}
 	printTable(os.Stdout, results)
+	if disk != nil {
+		if err := disk.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "board: removing the binary's disk:", err)
+			failed = true
+		}
+	}
 	if failed {
 		os.Exit(1)
 	}
 }
 
+// readAheadText describes the read-ahead the binary ran with.
+func readAheadText(kb, hostKB int) string {
+	if kb == 0 {
+		kb = hostKB
+	}
+	if kb <= 0 { // -1: unreadable; 0: a line written before it was recorded
+		return "unknown"
+	}
+	return strconv.Itoa(kb) + " KiB"
+}
+
 // runConfig sets one board up, measures it and tears it down.
 func runConfig(ctx context.Context, o *options, host *cgroupHost, i int, c config) (*result, error) {
 	r := &result{config: c, Version: o.version, Time: time.Now().UTC().Format(time.RFC3339),
-		Cgroups: host.version.String(), CPUShare: o.cpuShare, LoadStart: procfs.LoadAvg()}
+		Cgroups: host.version.String(), CPUShare: o.cpuShare, LoadStart: procfs.LoadAvg(),
+		ReadAheadKB: o.readAheadKB, HostReadAheadKB: o.hostReadAheadKB}
 	b := &board{cfg: c, opts: o}
 	var errs []error
 	if !o.keepPageCache {
@@ -386,8 +425,8 @@ func printTable(w io.Writer, rs []*result) {
 		fmt.Fprintln(w, r.row())
 	}
 	for _, r := range rs {
-		fmt.Fprintf(w, "%s: cgroup %s, load %.1f -> %.1f; cgroup peaks edgeplane %.0f, containerd+shims %.0f, pods %.0f MiB; edgeplane RSS max %.0f MiB (anon %.0f); CPU quota throttled %s; idle %.0f s\n",
-			r.Name, r.Cgroups, r.LoadStart, r.LoadEnd, r.EdgeplanePeakMiB, r.ContainerdPeakMiB, r.PodsPeakMiB, r.RSSMaxMiB, r.AnonMaxMiB, r.Throttled, r.IdleSec)
+		fmt.Fprintf(w, "%s: binary read-ahead %s; cgroup %s, load %.1f -> %.1f; cgroup peaks edgeplane %.0f, containerd+shims %.0f, pods %.0f MiB; edgeplane RSS max %.0f MiB (anon %.0f); CPU quota throttled %s; idle %.0f s\n",
+			r.Name, readAheadText(r.ReadAheadKB, r.HostReadAheadKB), r.Cgroups, r.LoadStart, r.LoadEnd, r.EdgeplanePeakMiB, r.ContainerdPeakMiB, r.PodsPeakMiB, r.RSSMaxMiB, r.AnonMaxMiB, r.Throttled, r.IdleSec)
 		for _, k := range r.OOM.KernelLog {
 			fmt.Fprintf(w, "%s: kernel OOM kill of %s (pid %d) in %s, limit of %s\n", r.Name, k.Task, k.PID, k.TaskMemcg, k.OOMMemcg)
 		}
