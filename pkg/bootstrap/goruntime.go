@@ -85,11 +85,10 @@ func goRuntimeSettings(gogcSet, limitSet bool, profileGCPercent int, hostMemory 
 // bytes: half of it, at least minMemoryLimit, and never more than hostMemory
 // less codeReserve (or, below 2 × codeReserve, half of it).
 func memoryLimit(hostMemory uint64) uint64 {
-	ceiling := hostMemory / 2
-	if hostMemory > 2*codeReserve {
-		ceiling = hostMemory - codeReserve
+	if hostMemory <= 2*codeReserve {
+		return hostMemory / 2
 	}
-	return max(hostMemory/2, min(minMemoryLimit, ceiling))
+	return max(hostMemory/2, min(minMemoryLimit, hostMemory-codeReserve))
 }
 
 // burstRSSCeiling is the resident memory at which the GC pacer stops letting

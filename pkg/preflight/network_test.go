@@ -3,7 +3,6 @@ package preflight
 import (
 	"errors"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -82,15 +81,7 @@ func TestGatherNetwork(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
-			for name, content := range tt.files {
-				p := filepath.Join(root, name)
-				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+			writeFiles(t, root, tt.files)
 			f := GatherNetwork(filepath.Join(root, "proc"), filepath.Join(root, "sys"), net.ParseIP("127.0.0.1"), tt.disabled)
 			if tt.disabled {
 				if !f.Disabled || f.Interface != "" {

@@ -103,14 +103,7 @@ func TestGather(t *testing.T) {
 		filepath.Join(cgroup, "cgroup.controllers"):                        "cpuset cpu io memory pids\n",
 		filepath.Join(cgroup, "system.slice/edgeplane.service/memory.max"): "536870912\n",
 	}
-	for path, data := range files {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, "", files)
 	// A busy port on loopback.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -195,19 +188,26 @@ func TestCgroupMemoryLimit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			for path, data := range tc.files {
-				full := filepath.Join(dir, path)
-				if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(full, []byte(data), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+			writeFiles(t, dir, tc.files)
 			version, _, limit := cgroupFacts(filepath.Join(dir, "proc"), filepath.Join(dir, "cgroup"))
 			if version != tc.wantVersion || limit != tc.want {
 				t.Fatalf("cgroupFacts = %s, limit %d MiB; want %s, %d MiB", version, limit/MiB, tc.wantVersion, tc.want/MiB)
 			}
 		})
+	}
+}
+
+// writeFiles writes files (path under root -> content), making their
+// directories.
+func writeFiles(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

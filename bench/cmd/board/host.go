@@ -97,8 +97,8 @@ func (b *board) setUp(i int, host *cgroupHost) error {
 		{"-n", b.ns, "link", "set", "lo", "up"},
 		{"-n", b.ns, "route", "add", "default", "via", b.hostIP},
 	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		if err := run("ip", args...); err != nil {
+			return err
 		}
 	}
 

@@ -9,7 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // defaultReadAheadKB is a board's read-ahead: Linux's default for a block
@@ -92,7 +93,7 @@ func newReadAheadDisk(bin string, kb int) (_ *readAheadDisk, err error) {
 func (d *readAheadDisk) Close() error {
 	var errs []error
 	if d.bin != "" {
-		if err := syscall.Unmount(d.mnt, 0); err != nil {
+		if err := unix.Unmount(d.mnt, 0); err != nil {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", d.mnt, err))
 		}
 	}
@@ -110,12 +111,11 @@ func (d *readAheadDisk) Close() error {
 // hostReadAheadKB is the read-ahead of the block device holding path (-1
 // when it cannot be read: a filesystem without one, as tmpfs or overlay).
 func hostReadAheadKB(path string) int {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
 		return -1
 	}
-	major, minor := (st.Dev>>8)&0xfff|(st.Dev>>32)&^0xfff, st.Dev&0xff|(st.Dev>>12)&^0xff
-	dev := fmt.Sprintf("/sys/dev/block/%d:%d", major, minor)
+	dev := fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
 	for _, p := range []string{dev + "/queue/read_ahead_kb", dev + "/../queue/read_ahead_kb"} {
 		if b, err := os.ReadFile(p); err == nil {
 			if kb, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
