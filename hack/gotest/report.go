@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +21,8 @@ type event struct {
 	Package    string
 	Test       string
 	Output     string
-	ImportPath string // build-output and build-fail
+	ImportPath string  // build-output and build-fail
+	Elapsed    float64 // seconds, on a test's pass, fail and skip
 }
 
 // testID names one test of one package.
@@ -44,7 +46,19 @@ type report struct {
 	skips   []skip
 	failed  []testID
 	pkgFail []string // packages that failed (tests, build or set-up)
+	took    []took   // top-level tests that ended, with their duration
 }
+
+// took is how long one top-level test ran, from its start to its end
+// (a parallel test's time includes its wait for a turn).
+type took struct {
+	id      testID
+	seconds float64
+}
+
+// slowest is how many of the longest tests finish lists: where a long run
+// spends its time, in every CI log.
+const slowest = 20
 
 func newReport(w io.Writer, ci bool) *report {
 	return &report{w: w, ci: ci, running: map[testID][]string{}}
@@ -95,6 +109,7 @@ func (r *report) event(e event) {
 		r.running[id] = append(r.running[id], e.Output)
 	case "pass":
 		if e.Test != "" {
+			r.timed(e)
 			r.end(id)
 		}
 	case "skip":
@@ -118,8 +133,16 @@ func (r *report) event(e event) {
 			return
 		}
 		r.failed = append(r.failed, id)
+		r.timed(e)
 		r.print(r.running[id])
 		r.end(id)
+	}
+}
+
+// timed records the duration of a top-level test that ended.
+func (r *report) timed(e event) {
+	if !strings.Contains(e.Test, "/") {
+		r.took = append(r.took, took{testID{e.Package, e.Test}, e.Elapsed})
 	}
 }
 
@@ -164,6 +187,14 @@ func (s skip) allowed() bool {
 // finish prints the summary and returns the exit status; testErr is go
 // test's own result.
 func (r *report) finish(testErr error) int {
+	if len(r.took) > 0 {
+		slices.SortStableFunc(r.took, func(a, b took) int { return cmp.Compare(b.seconds, a.seconds) })
+		n := min(slowest, len(r.took))
+		fmt.Fprintf(r.w, "\nSlowest tests (%d of %d):\n", n, len(r.took))
+		for _, d := range r.took[:n] {
+			fmt.Fprintf(r.w, "  %7.1f s  %s\n", d.seconds, d.id)
+		}
+	}
 	var bad []skip
 	if len(r.skips) > 0 {
 		fmt.Fprintf(r.w, "\nSkipped tests (%d):\n", len(r.skips))

@@ -34,6 +34,12 @@ func ran(pkg, test, action string, lines ...string) []event {
 	return es
 }
 
+// timed sets the duration of the test's last event (its end).
+func timed(es []event, seconds float64) []event {
+	es[len(es)-1].Elapsed = seconds
+	return es
+}
+
 func TestReport(t *testing.T) {
 	const pkg = "example.com/p"
 	pkgEnd := func(action, line string) []event {
@@ -61,6 +67,14 @@ func TestReport(t *testing.T) {
 			events:   join(ran(pkg, "TestA", "pass", "    a_test.go:1: chatter"), pkgEnd("pass", "ok  \t"+pkg+"\t0.1s")),
 			want:     []string{"ok  \t" + pkg},
 			notWant:  []string{"chatter", "=== RUN", "Skipped tests"},
+			wantCode: 0,
+		},
+		{
+			name: "the slowest top-level tests are listed, longest first, subtests not",
+			events: join(timed(ran(pkg, "TestShort", "pass"), 1.5), timed(ran(pkg, "TestLong", "pass"), 95.25),
+				timed(ran(pkg, "TestLong/sub", "pass"), 90), pkgEnd("pass", "ok  \t"+pkg+"\t97s")),
+			want:     []string{"Slowest tests (2 of 2):\n     95.2 s  " + pkg + " TestLong\n      1.5 s  " + pkg + " TestShort\n"},
+			notWant:  []string{"TestLong/sub"},
 			wantCode: 0,
 		},
 		{
