@@ -73,6 +73,9 @@ func profileSettings(name string) profile {
 				MaxMutatingRequestsInFlight: 50,
 				// Events fill SD cards and the watch cache: keep them 30 min.
 				EventTTL: 30 * time.Minute,
+				// Four goroutines and a periodic datastore read fewer per
+				// resource (chain.Tuning.LeanStorage).
+				LeanStorage: true,
 			},
 			ControllerWorkers: 2,
 			LeanControllers:   true,

@@ -21,6 +21,37 @@ type Tuning struct {
 	MaxMutatingRequestsInFlight int
 	// EventTTL is how long Events are kept.
 	EventTTL time.Duration
+	// LeanStorage turns off the API server's per-resource background work
+	// that a cluster of a few nodes does without: the feature gates of
+	// leanStorageGates and the object count polling, about four goroutines
+	// and a periodic count and full read of the datastore per resource.
+	LeanStorage bool
+}
+
+// leanStorageGates are the feature gates LeanStorage turns off, each on by
+// default in v1.37 and each one or two goroutines per resource of the ~63 a
+// server stores.
+var leanStorageGates = map[string]bool{
+	// Each storage watch decodes its events in one goroutine instead of a
+	// scheduler, a collector and one goroutine per event: the concurrency is
+	// for the large objects of large clusters.
+	"ConcurrentWatchObjectDecode": false,
+	// The watch cache's consistency checker reads every resource in full
+	// from the datastore every 5-7.5 minutes to compare it with the cache.
+	"DetectCacheInconsistency": false,
+	// API Priority and Fairness re-estimates each resource's object size
+	// every minute to weigh LISTs. Without it and without the object counts
+	// (CountMetricPollPeriod 0 below), every LIST takes the fewest seats: a
+	// small cluster's LISTs are a few hundred objects at most.
+	"SizeBasedListCostEstimate": false,
+}
+
+// featureGates returns the process-wide feature gates t sets (nil: none).
+func (t Tuning) featureGates() map[string]bool {
+	if t.LeanStorage {
+		return leanStorageGates
+	}
+	return nil
 }
 
 // applyTuningOptions sets the option fields of t that are not zero.
@@ -33,6 +64,12 @@ func applyTuningOptions(s *options.ServerRunOptions, t Tuning) {
 	}
 	if t.EventTTL > 0 {
 		s.EventTTL = t.EventTTL
+	}
+	if t.LeanStorage {
+		// The count of each resource, polled every minute (a COUNT over the
+		// resource's keys in the datastore), feeds only LIST cost estimates
+		// and the apiserver_resource_objects metric.
+		s.Etcd.StorageConfig.CountMetricPollPeriod = 0
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -30,14 +31,26 @@ var componentGlobals struct {
 }
 
 // registerComponentGlobals applies the process-wide feature gates and
-// effective version once, as the kube-apiserver command does before Run.
-func registerComponentGlobals(opts *options.ServerRunOptions) error {
+// effective version once, as the kube-apiserver command does before Run,
+// and then gates, the profile's (Tuning.featureGates): the first chain of a
+// process sets them, as the first chain's flags would. /metrics reports
+// the gates as they are then.
+func registerComponentGlobals(opts *options.ServerRunOptions, gates map[string]bool) error {
 	componentGlobals.once.Do(func() {
 		// In-process clients of the apiserver should not log its warnings.
 		rest.SetDefaultWarningHandler(rest.NoWarnings{})
 		if err := opts.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {
 			componentGlobals.err = fmt.Errorf("chain: applying the feature gates and emulated version: %w", err)
+			return
 		}
+		if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(gates); err != nil {
+			componentGlobals.err = fmt.Errorf("chain: applying the profile's feature gates: %w", err)
+			return
+		}
+		// As the kube-apiserver command does: /metrics reports each gate
+		// (kubernetes_feature_enabled) and the component versions.
+		utilfeature.DefaultMutableFeatureGate.AddMetrics()
+		opts.GenericServerRunOptions.ComponentGlobalsRegistry.AddMetrics()
 	})
 	return componentGlobals.err
 }

@@ -47,11 +47,11 @@ func registerTwice(t *testing.T) {
 	}
 	opts.GenericServerRunOptions.ComponentGlobalsRegistry = registry
 
-	first := registerComponentGlobals(opts)
+	first := registerComponentGlobals(opts, nil)
 	if first == nil {
 		t.Fatal("first call: want an error for an unregistered component's emulated version")
 	}
-	second := registerComponentGlobals(opts)
+	second := registerComponentGlobals(opts, nil)
 	if second == nil {
 		t.Fatalf("second call returned nil after the first failed with: %v", first)
 	}

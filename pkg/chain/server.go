@@ -168,7 +168,7 @@ func build(ctx context.Context, c *Config) (runnable, *rest.Config, clientgoinfo
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := registerComponentGlobals(opts); err != nil {
+	if err := registerComponentGlobals(opts, c.Tuning.featureGates()); err != nil {
 		return nil, nil, nil, err
 	}
 	completed, err := opts.Complete(ctx)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,42 +26,82 @@ import (
 const preKubeletCACommit = "fdb64e5"
 
 // buildAt builds the edgeplane binary of commit from this repository's
-// history: `git archive` copies out the tree (no worktree, ref or index of
-// the repository changes) and a plain `go build` builds it. It needs the
-// commit in the clone (CI's is a full one).
+// history, once per run: `git archive` copies out the tree (no worktree,
+// ref or index of the repository changes) and a plain `go build` builds it.
+// It needs the commit in the clone (CI's is a full one).
+//
+// One build runs at a time. The older commits share most of their
+// dependencies, at versions HEAD's build (TestMain) does not have in the
+// build cache: side by side, each build compiled all of them at once (four
+// builds of most of Kubernetes on CI's two cores), one after another the
+// later ones find them in the cache.
 func buildAt(t *testing.T, commit string) string {
 	t.Helper()
-	dir := t.TempDir()
+	oldBuildsMu.Lock()
+	b, ok := oldBuilds[commit]
+	if !ok {
+		b = buildCommit(commit)
+		oldBuilds[commit] = b
+	}
+	oldBuildsMu.Unlock()
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	t.Logf("edgeplane at %s built in %s (once per run)", commit, b.took.Round(time.Second))
+	return b.bin
+}
+
+var (
+	oldBuildsMu sync.Mutex
+	oldBuilds   = map[string]*oldBuild{}
+)
+
+// oldBuild is the outcome of building one older commit.
+type oldBuild struct {
+	bin  string
+	took time.Duration
+	err  error
+}
+
+// buildCommit builds commit's binary under runDir.
+func buildCommit(commit string) *oldBuild {
+	start := time.Now()
+	dir, err := os.MkdirTemp(runDir, "ep-old-"+commit+"-")
+	if err != nil {
+		return &oldBuild{err: err}
+	}
 	src := filepath.Join(dir, "src")
 	if err := os.Mkdir(src, 0o700); err != nil {
-		t.Fatal(err)
+		return &oldBuild{err: err}
 	}
+	defer os.RemoveAll(src)
 	archive := exec.Command("git", "-C", "../..", "archive", "--format=tar", commit)
 	untar := exec.Command("tar", "-x", "-C", src)
 	pipe, err := archive.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return &oldBuild{err: err}
 	}
 	untar.Stdin = pipe
 	var stderr syncBuffer
 	archive.Stderr, untar.Stderr = &stderr, &stderr
 	if err := untar.Start(); err != nil {
-		t.Fatal(err)
+		return &oldBuild{err: err}
 	}
 	if err := archive.Run(); err != nil {
-		t.Fatalf("git archive %s (the test needs the commit in this clone): %v: %s", commit, err, stderr.String())
+		_ = untar.Wait()
+		return &oldBuild{err: fmt.Errorf("git archive %s (the test needs the commit in this clone): %v: %s", commit, err, stderr.String())}
 	}
 	if err := untar.Wait(); err != nil {
-		t.Fatalf("untar %s: %v: %s", commit, err, stderr.String())
+		return &oldBuild{err: fmt.Errorf("untar %s: %v: %s", commit, err, stderr.String())}
 	}
 	bin := filepath.Join(dir, "edgeplane-"+commit)
 	build := exec.Command("go", "build", "-o", bin, "./cmd/edgeplane")
 	build.Dir = src
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build edgeplane at %s: %v\n%s", commit, err, out)
+		return &oldBuild{err: fmt.Errorf("build edgeplane at %s: %v\n%s", commit, err, out)}
 	}
-	return bin
+	return &oldBuild{bin: bin, took: time.Since(start)}
 }
 
 // TestKubeletServingUpgrade: a data dir made by the binary from before the

@@ -34,6 +34,23 @@ func TestSmallProfile(t *testing.T) {
 		}
 	}
 
+	// The API server's per-resource background work the profile turns off
+	// (chain.Tuning.LeanStorage), as its own metrics report it: the gates,
+	// and no object counts (polled every minute when on, first at start).
+	metrics, err := s.client.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	for _, gate := range []string{"ConcurrentWatchObjectDecode", "DetectCacheInconsistency", "SizeBasedListCostEstimate"} {
+		want := `kubernetes_feature_enabled{name="` + gate + `",stage="BETA"} 0`
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(string(metrics), "\napiserver_resource_objects{") {
+		t.Errorf("/metrics reports apiserver_resource_objects: the object counts are still polled")
+	}
+
 	manifest := filepath.Join(t.TempDir(), "web.yaml")
 	deployment := func(replicas string) {
 		t.Helper()
