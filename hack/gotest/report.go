@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/edgeplane/edgeplane/internal/testing/testenv"
 )
@@ -49,11 +50,31 @@ type report struct {
 	took    []took   // top-level tests that ended, with their duration
 }
 
-// took is how long one top-level test ran, from its start to its end
-// (a parallel test's time includes its wait for a turn).
+// took is how long one top-level test ran, from its start to its end, and
+// how much of that it waited for a turn beside other tests (test/e2e's
+// scheduler logs the wait: waitedLine).
 type took struct {
-	id      testID
-	seconds float64
+	id              testID
+	seconds, waited float64
+}
+
+// ran is the test's time less its wait for a turn.
+func (d took) ran() float64 { return d.seconds - d.waited }
+
+// waitedLine is what test/e2e's parallel helpers (parallel_test.go's hold)
+// log once a test has its turn.
+var waitedLine = regexp.MustCompile(`started after (\S+) waiting for its turn`)
+
+// waited is the wait a test's output reports, in seconds (0 if none).
+func waited(lines []string) float64 {
+	for _, l := range lines {
+		if m := waitedLine.FindStringSubmatch(l); m != nil {
+			if d, err := time.ParseDuration(m[1]); err == nil {
+				return d.Seconds()
+			}
+		}
+	}
+	return 0
 }
 
 // slowest is how many of the longest tests finish lists: where a long run
@@ -141,8 +162,8 @@ func (r *report) event(e event) {
 
 // timed records the duration of a top-level test that ended.
 func (r *report) timed(e event) {
-	if !strings.Contains(e.Test, "/") {
-		r.took = append(r.took, took{testID{e.Package, e.Test}, e.Elapsed})
+	if id := (testID{e.Package, e.Test}); !strings.Contains(e.Test, "/") {
+		r.took = append(r.took, took{id, e.Elapsed, waited(r.running[id])})
 	}
 }
 
@@ -188,11 +209,15 @@ func (s skip) allowed() bool {
 // test's own result.
 func (r *report) finish(testErr error) int {
 	if len(r.took) > 0 {
-		slices.SortStableFunc(r.took, func(a, b took) int { return cmp.Compare(b.seconds, a.seconds) })
+		slices.SortStableFunc(r.took, func(a, b took) int { return cmp.Compare(b.ran(), a.ran()) })
 		n := min(slowest, len(r.took))
-		fmt.Fprintf(r.w, "\nSlowest tests (%d of %d):\n", n, len(r.took))
+		fmt.Fprintf(r.w, "\nSlowest tests (%d of %d; the time each ran once it had its turn):\n", n, len(r.took))
 		for _, d := range r.took[:n] {
-			fmt.Fprintf(r.w, "  %7.1f s  %s\n", d.seconds, d.id)
+			line := fmt.Sprintf("  %7.1f s  %s", d.ran(), d.id)
+			if d.waited > 0 {
+				line += fmt.Sprintf(" (after %.0f s waiting for its turn)", d.waited)
+			}
+			fmt.Fprintln(r.w, line)
 		}
 	}
 	var bad []skip

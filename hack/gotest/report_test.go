@@ -73,8 +73,15 @@ func TestReport(t *testing.T) {
 			name: "the slowest top-level tests are listed, longest first, subtests not",
 			events: join(timed(ran(pkg, "TestShort", "pass"), 1.5), timed(ran(pkg, "TestLong", "pass"), 95.25),
 				timed(ran(pkg, "TestLong/sub", "pass"), 90), pkgEnd("pass", "ok  \t"+pkg+"\t97s")),
-			want:     []string{"Slowest tests (2 of 2):\n     95.2 s  " + pkg + " TestLong\n      1.5 s  " + pkg + " TestShort\n"},
+			want:     []string{"Slowest tests (2 of 2; the time each ran once it had its turn):\n     95.2 s  " + pkg + " TestLong\n      1.5 s  " + pkg + " TestShort\n"},
 			notWant:  []string{"TestLong/sub"},
+			wantCode: 0,
+		},
+		{
+			name: "a test's wait for its turn is not counted as its time",
+			events: join(timed(ran(pkg, "TestQueued", "pass", "    parallel_test.go:130: started after 10m0s waiting for its turn"), 630),
+				timed(ran(pkg, "TestAlone", "pass"), 40), pkgEnd("pass", "ok  \t"+pkg+"\t700s")),
+			want:     []string{"     40.0 s  " + pkg + " TestAlone\n     30.0 s  " + pkg + " TestQueued (after 600 s waiting for its turn)\n"},
 			wantCode: 0,
 		},
 		{
