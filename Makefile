@@ -30,12 +30,14 @@ run: build
 # of 80-120 MB; stack traces keep their file:line). hack/gotest runs go test
 # -json and prints each package's line, the output of failed tests, and at
 # the end every skipped test with its reason; under CI it fails on a skip
-# that internal/testing/testenv.ByDesign does not list. TEST_TIMEOUT bounds
+# that internal/testing/testenv.ByDesign does not list. test/e2e, longer
+# than all the other packages together, starts first in a go test of its own
+# and the others run beside it at nice 10 (-first). TEST_TIMEOUT bounds
 # each package: test/e2e took 37 min on a machine with a cold build cache
 # (it builds four earlier releases for the upgrade tests), 20 min warm.
 TEST_FLAGS ?= -count=1 -vet=off -ldflags='-s -w'
 test: vet
-	go run ./hack/gotest $(TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
+	go run ./hack/gotest -first=./test/e2e $(TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
 
 unit:
 	go test -count=1 -short ./...

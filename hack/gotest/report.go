@@ -91,14 +91,19 @@ func (r *report) read(in io.Reader) error {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
-		var e event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Action == "" {
-			fmt.Fprintln(r.w, sc.Text())
-			continue
-		}
-		r.event(e)
+		r.line(sc.Bytes())
 	}
 	return sc.Err()
+}
+
+// line takes one line of the stream.
+func (r *report) line(b []byte) {
+	var e event
+	if err := json.Unmarshal(b, &e); err != nil || e.Action == "" {
+		fmt.Fprintln(r.w, string(b))
+		return
+	}
+	r.event(e)
 }
 
 // frameworkLine is output of the testing package about a test's progress,
