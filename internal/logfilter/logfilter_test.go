@@ -28,8 +28,6 @@ func TestKeep(t *testing.T) {
 		{"upstream fatal", "F1203 12:00:00.000000 1 x.go:1] cannot go on\n", upstream, true},
 		{"upstream noise: skipped API", "W1203 12:00:00.000000 1 genericapiserver.go:798] Skipping API batch/v1beta1 because it has no resources.\n", upstream, false},
 		{"upstream noise: stale endpoints", "E1203 12:00:00.000000 1 controller.go:95] Found stale data, removed previous endpoints on kubernetes service, apiserver didn't exit successfully previously\n", upstream, false},
-		{"upstream noise: a node's CRI list cancelled at stop", "E1207 19:16:29.421626 7387 remote_runtime.go:594] \"ListContainers with filter from runtime service failed\" err=\"rpc error: code = Canceled desc = context canceled\" logger=\"edgeplane.kubelet\" filter=\"\"\n", "k8s.io/cri-client/pkg.(*remoteRuntimeService).listContainersV1", false},
-		{"a node's CRI list failing otherwise", "E1207 19:16:29.421626 7387 remote_runtime.go:594] \"ListContainers with filter from runtime service failed\" err=\"rpc error: code = Unavailable desc = connection refused\"\n", "k8s.io/cri-client/pkg.(*remoteRuntimeService).listContainersV1", true},
 		{"upstream noise: peer leases", "E1203 12:00:00.000000 1 peer_endpoint_lease.go:181] Unable to remove peer endpoint leases: StorageError: key not found, Code: 1\n", upstream, false},
 		{"upstream noise: stale read of a ReplicaSet", "E1206 03:10:29.192031 1 replica_set.go:640] \"Unhandled Error\" err=\"sync \\\"kube-system/coredns-77ff47c8db\\\" failed with read version: 297 is not as new as written version: 305 for group resource replicasets.apps\"\n", "k8s.io/apimachinery/pkg/util/runtime.logError", false},
 		{"upstream noise: watch stopped during its sync", "E1206 03:10:23.155673 1 watcher.go:458] failed to sync with latest state: context canceled\n", "k8s.io/apiserver/pkg/storage/etcd3.(*watchChan).startWatching", false},
@@ -148,18 +146,37 @@ type nilWriter struct{}
 
 func (nilWriter) Write(p []byte) (int, error) { return len(p), nil }
 
-// TestStoppingNoise: the kubelet's Lease loop's errors are shown while the
-// process runs (a real failure to renew) and hidden once it stops (the API
-// server stops with it).
+// TestStoppingNoise: the kubelet's Lease loop's errors and a node's
+// cancelled runtime calls are shown while the process runs (a real failure)
+// and hidden once it stops (the API server stops with it; the stop cancels
+// the calls); a runtime call failing otherwise is shown then too.
 func TestStoppingNoise(t *testing.T) {
-	entry := []byte(`E1206 05:06:27.241637   25292 controller.go:260] "Failed to update lease" err="connection refused"`)
-	caller := "k8s.io/component-helpers/apimachinery/lease.(*controller).backoffEnsureLease"
-	if !Keep(entry, caller) {
-		t.Fatal("a Lease renewal error hidden while the process runs")
-	}
-	Stopping()
-	defer stopping.Store(false)
-	if Keep(entry, caller) {
-		t.Fatal("a Lease renewal error shown while the process stops")
+	for _, tc := range []struct {
+		name, entry, caller string
+		wantStopping        bool // kept while the process stops (always kept while it runs)
+	}{
+		{"a Lease renewal error", `E1206 05:06:27.241637   25292 controller.go:260] "Failed to update lease" err="connection refused"`,
+			"k8s.io/component-helpers/apimachinery/lease.(*controller).backoffEnsureLease", false},
+		// Seen at the stop of TestMakeRun's servers, one or another in each run.
+		{"a node's runtime call cancelled: ListContainers", `E1207 19:16:29.421626 7387 remote_runtime.go:594] "ListContainers with filter from runtime service failed" err="rpc error: code = Canceled desc = context canceled" logger="edgeplane.kubelet" filter=""`,
+			"k8s.io/cri-client/pkg.(*remoteRuntimeService).listContainersV1", false},
+		{"a node's runtime call cancelled: Version", `E1207 20:13:20.338861 6208 remote_runtime.go:280] "Version from runtime service failed" err="rpc error: code = Canceled desc = context canceled" logger="edgeplane.kubelet"`,
+			"k8s.io/cri-client/pkg.(*remoteRuntimeService).Version", false},
+		{"a node's runtime call cancelled: log rotation", `E1207 20:12:35.959264 4625 container_log_manager.go:154] "Failed to rotate container logs" err="failed to list containers: rpc error: code = Canceled desc = context canceled" logger="edgeplane.kubelet"`,
+			"k8s.io/kubernetes/pkg/kubelet/logs.(*containerLogManager).Start.func1", false},
+		{"a node's runtime call failing otherwise", `E1207 20:13:20.338861 6208 remote_runtime.go:280] "Version from runtime service failed" err="rpc error: code = Unavailable desc = connection refused"`,
+			"k8s.io/cri-client/pkg.(*remoteRuntimeService).Version", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer stopping.Store(false)
+			stopping.Store(false)
+			if !Keep([]byte(tc.entry), tc.caller) {
+				t.Fatal("hidden while the process runs")
+			}
+			Stopping()
+			if got := Keep([]byte(tc.entry), tc.caller); got != tc.wantStopping {
+				t.Fatalf("kept while the process stops: %v, want %v", got, tc.wantStopping)
+			}
+		})
 	}
 }

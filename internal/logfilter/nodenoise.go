@@ -118,9 +118,4 @@ var nodeNoise = []noiseEntry{
 		why:    "the kubelet's pod lifecycle loop meets its cancelled context until the process ends",
 		source: upstreamSource{criClient, "pkg/remote_runtime.go", `logger.Error(err, "ListPodSandbox with filter from runtime service failed", "filter", filter)`},
 	},
-	{
-		text: "ListContainers with filter from runtime service failed", and: "context canceled",
-		why:    "the kubelet's pod lifecycle loop and housekeeping meet their cancelled context until the process ends",
-		source: upstreamSource{criClient, "pkg/remote_runtime.go", `logger.Error(err, "ListContainers with filter from runtime service failed", "filter", filter)`},
-	},
 }

@@ -16,6 +16,15 @@ func Stopping() { stopping.Store(true) }
 // later (an agent).
 var stoppingNoise = []noiseEntry{
 	{
+		// The gRPC status of a call the process cancelled: the kubelet's
+		// loops (pod lifecycle, housekeeping, log rotation, the runtime's
+		// version check, ...) each log a failed runtime call at error level,
+		// and the calls in flight when the node stops fail so, whichever
+		// they are at that moment.
+		text: "code = Canceled desc = context canceled",
+		why:  "a node's runtime call in flight when the node stops, cancelled by the stop",
+	},
+	{
 		// k8s.io/kubernetes v1.37.2 pkg/kubelet/kubelet.go runs the node
 		// Lease's renewal on context.Background ("so lease renewal can
 		// continue during graceful shutdown"): a stopped kubelet's Lease
