@@ -22,7 +22,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -121,10 +120,11 @@ func runAll(ctx context.Context, r *report, runs []run) error {
 	errs := make([]error, len(runs))
 	var wg sync.WaitGroup
 	for i, rn := range runs {
-		cmd := exec.CommandContext(ctx, "go", append([]string{"test", "-json"}, rn.args...)...)
+		argv := append([]string{"go", "test", "-json"}, rn.args...)
 		if rn.nice > 0 {
-			cmd = exec.CommandContext(ctx, "nice", append([]string{"-n", fmt.Sprint(rn.nice), "go", "test", "-json"}, rn.args...)...)
+			argv = append([]string{"nice", "-n", fmt.Sprint(rn.nice)}, argv...)
 		}
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		// On ^C or SIGTERM go test gets SIGINT, so that it stops its test
 		// binaries and reports what ran, rather than being killed.
 		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
@@ -158,12 +158,7 @@ func runAll(ctx context.Context, r *report, runs []run) error {
 	return errors.Join(slices.DeleteFunc(errs, func(e error) bool { return e == nil })...)
 }
 
-// forward sends each line of in to lines.
+// forward sends a copy of each line of in to lines.
 func forward(in io.Reader, lines chan<- []byte) error {
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		lines <- slices.Clone(sc.Bytes())
-	}
-	return sc.Err()
+	return scanLines(in, func(b []byte) { lines <- slices.Clone(b) })
 }

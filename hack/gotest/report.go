@@ -87,11 +87,15 @@ func newReport(w io.Writer, ci bool) *report {
 
 // read consumes the stream. A line that is not JSON (go test's own
 // messages) is printed as it is.
-func (r *report) read(in io.Reader) error {
+func (r *report) read(in io.Reader) error { return scanLines(in, r.line) }
+
+// scanLines calls each with every line of in (up to 64 MiB; the slice is
+// reused for the next line).
+func scanLines(in io.Reader, each func([]byte)) error {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
-		r.line(sc.Bytes())
+		each(sc.Bytes())
 	}
 	return sc.Err()
 }
